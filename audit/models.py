@@ -1,0 +1,103 @@
+"""The append-only audit store. Rows here are written only through audit.store and are protected
+by database triggers (migration 0002) as well as by the hash chain that audit.chain verifies."""
+
+import uuid
+
+from django.db import models
+
+
+class Trail(models.Model):
+    """One job attempt's chain of decision records. Its id keys the genesis hash."""
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        SEALED = "sealed"
+
+    class Outcome(models.TextChoices):
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        ABANDONED = "abandoned"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # A plain id, not a foreign key: the audit store must not depend on decoding (it outlives jobs).
+    job_id = models.UUIDField(db_index=True)
+    attempt = models.PositiveIntegerField(default=1)
+    genesis_hash = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
+    record_count = models.PositiveIntegerField(default=0)
+    head_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sealed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["job_id", "attempt"], name="audit_trail_job_attempt")
+        ]
+
+    def __str__(self) -> str:
+        return f"trail {self.id} (job {self.job_id}, attempt {self.attempt})"
+
+
+class DecisionRecord(models.Model):
+    """One speculative step. `payload` holds the canonical JSON exactly as hashed."""
+
+    id = models.BigAutoField(primary_key=True)  # surrogate key for the admin; never chained by
+    trail = models.ForeignKey(Trail, on_delete=models.PROTECT, related_name="records")
+    seq = models.PositiveIntegerField()
+    payload = models.TextField()
+    prev_hash = models.CharField(max_length=64)
+    record_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["trail", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["trail", "seq"], name="audit_record_trail_seq"),
+            models.UniqueConstraint(fields=["trail", "prev_hash"], name="audit_record_trail_prev"),
+        ]
+
+    def __str__(self) -> str:
+        return f"record {self.seq} of trail {self.trail_id}"
+
+
+class LedgerEntry(models.Model):
+    """Level two: one leaf per sealed trail, chained over all trails."""
+
+    id = models.BigAutoField(primary_key=True)
+    seq = models.PositiveBigIntegerField(unique=True)
+    trail_id = models.UUIDField(unique=True)  # not a foreign key: a deleted trail must be noticed
+    payload = models.TextField()
+    prev_hash = models.CharField(max_length=64, unique=True)
+    entry_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["seq"]
+        verbose_name_plural = "ledger entries"
+
+    def __str__(self) -> str:
+        return f"ledger entry {self.seq}"
+
+
+class VerificationRun(models.Model):
+    """verify_chain records each of its own runs, so reviewers can see when the store was last
+    checked and with what result."""
+
+    id = models.BigAutoField(primary_key=True)
+    scope = models.CharField(max_length=200)
+    ok = models.BooleanField()
+    trails_checked = models.PositiveIntegerField(default=0)
+    records_checked = models.PositiveBigIntegerField(default=0)
+    ledger_entries_checked = models.PositiveBigIntegerField(default=0)
+    failures = models.JSONField(default=list)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"verification of {self.scope}: {'intact' if self.ok else 'BROKEN'}"

@@ -1,0 +1,92 @@
+"""Transactional writes to the audit store: open a trail, append a record, seal a trail.
+
+Appends lock the trail row (SELECT ... FOR UPDATE), so records of one trail are written one at a
+time; sealing takes a short global lock to extend the ledger, once per job rather than per step, so
+many workers decode in parallel.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from . import chain
+from .models import DecisionRecord, LedgerEntry, Trail
+
+# pg_advisory_xact_lock key for ledger appends ("PFLEDGER" as an integer).
+_LEDGER_LOCK_KEY = int.from_bytes(b"PFLEDGER", "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class TrailClosed(Exception):
+    """An append was attempted on a sealed trail."""
+
+
+def trail_open(*, job_id: uuid.UUID, attempt: int) -> Trail:
+    trail_id = uuid.uuid4()
+    genesis = chain.genesis_hash(str(trail_id))
+    return Trail.objects.create(
+        id=trail_id, job_id=job_id, attempt=attempt, genesis_hash=genesis, head_hash=genesis
+    )
+
+
+def trail_append(*, trail_id: uuid.UUID, payload: dict) -> DecisionRecord:
+    """Append one record and commit it before returning (the caller releases tokens after)."""
+    text = chain.canonical_json(payload)
+    with transaction.atomic():
+        trail = Trail.objects.select_for_update().get(pk=trail_id)
+        if trail.status != Trail.Status.OPEN:
+            raise TrailClosed(f"trail {trail.id} is sealed")
+        seq = trail.record_count
+        record = DecisionRecord.objects.create(
+            trail=trail,
+            seq=seq,
+            payload=text,
+            prev_hash=trail.head_hash,
+            record_hash=chain.record_hash(str(trail.id), seq, trail.head_hash, text),
+        )
+        Trail.objects.filter(pk=trail.pk).update(record_count=seq + 1, head_hash=record.record_hash)
+    return record
+
+
+def trail_seal(*, trail_id: uuid.UUID, outcome: str) -> LedgerEntry:
+    """Close the trail and append its (id, record count, head) to the global ledger.
+
+    Idempotent: sealing an already sealed trail returns its existing ledger entry. Call it inside
+    the caller's transaction when the job's result must appear together with the seal.
+    """
+    with transaction.atomic():
+        trail = Trail.objects.select_for_update().get(pk=trail_id)
+        if trail.status == Trail.Status.SEALED:
+            return LedgerEntry.objects.get(trail_id=trail.id)
+        _lock_ledger()
+        last = LedgerEntry.objects.order_by("-seq").only("seq", "entry_hash").first()
+        seq = last.seq + 1 if last else 0
+        prev_hash = last.entry_hash if last else chain.ledger_genesis_hash()
+        payload = chain.ledger_payload(
+            trail_id=str(trail.id),
+            job_id=str(trail.job_id),
+            record_count=trail.record_count,
+            head_hash=trail.head_hash,
+            outcome=outcome,
+        )
+        entry = LedgerEntry.objects.create(
+            seq=seq,
+            trail_id=trail.id,
+            payload=payload,
+            prev_hash=prev_hash,
+            entry_hash=chain.ledger_entry_hash(seq, prev_hash, payload),
+        )
+        Trail.objects.filter(pk=trail.pk).update(
+            status=Trail.Status.SEALED, outcome=outcome, sealed_at=timezone.now()
+        )
+    return entry
+
+
+def _lock_ledger() -> None:
+    # SQLite's IMMEDIATE transactions already serialise writers; PostgreSQL needs the lock so two
+    # seals do not both read the same ledger head (the UNIQUE constraints would reject the loser).
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LEDGER_LOCK_KEY])

@@ -1,0 +1,33 @@
+from django.contrib import admin
+
+from .models import ApiKey, GenerationJob, Matter
+
+
+@admin.register(Matter)
+class MatterAdmin(admin.ModelAdmin):
+    list_display = ("name", "created_at")
+    search_fields = ("name",)
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ("name", "matter", "prefix", "created_at", "revoked_at")
+    list_filter = ("matter",)
+    readonly_fields = ("prefix", "key_hash", "created_at")
+    search_fields = ("name", "prefix")
+
+    def has_add_permission(self, request):
+        # The raw key must be shown once to its owner: create keys with `manage.py create_api_key`.
+        return False
+
+
+@admin.register(GenerationJob)
+class GenerationJobAdmin(admin.ModelAdmin):
+    list_display = ("id", "matter", "status", "request_id", "created_at", "finished_at")
+    list_filter = ("status", "matter")
+    search_fields = ("=id", "request_id")
+    show_full_result_count = False
+    readonly_fields = [field.name for field in GenerationJob._meta.fields]
+
+    def has_add_permission(self, request):
+        return False

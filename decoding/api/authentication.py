@@ -1,0 +1,44 @@
+"""Bearer API keys: machines authenticate as a key, which belongs to one matter."""
+
+from dataclasses import dataclass
+
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.permissions import BasePermission
+
+from decoding.models import ApiKey
+
+
+@dataclass(frozen=True)
+class ApiClient:
+    """request.user for an API call: the application holding the key."""
+
+    api_key: ApiKey
+    is_authenticated: bool = True
+
+
+class ApiKeyAuthentication(BaseAuthentication):
+    def authenticate(self, request):
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return None
+        scheme, _, raw_key = header.partition(" ")
+        if scheme.lower() != "bearer" or not raw_key.strip():
+            raise exceptions.AuthenticationFailed("authorization: expected 'Bearer <API key>'.")
+        api_key = (
+            ApiKey.objects.select_related("matter")
+            .filter(key_hash=ApiKey.digest(raw_key.strip()), revoked_at__isnull=True)
+            .first()
+        )
+        if api_key is None:
+            raise exceptions.AuthenticationFailed("authorization: invalid or revoked API key.")
+        return ApiClient(api_key), api_key
+
+    def authenticate_header(self, request):
+        # Its presence makes DRF answer 401 rather than 403 to an unauthenticated call.
+        return 'Bearer realm="pathfinder"'
+
+
+class HasApiKey(BasePermission):
+    def has_permission(self, request, view):
+        return isinstance(request.auth, ApiKey)

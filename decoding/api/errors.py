@@ -1,0 +1,73 @@
+"""One error shape for /api/v1/*: {"error": {"status", "code", "field", "message", "fields"}}.
+
+`field` names the first offending field ("body" for the request as a whole), so a client always
+knows what to fix.
+"""
+
+from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from decoding.services import QueueUnavailable
+
+_FIELD_FOR = {
+    exceptions.ParseError: "body",
+    exceptions.AuthenticationFailed: "authorization",
+    exceptions.NotAuthenticated: "authorization",
+    exceptions.UnsupportedMediaType: "content-type",
+}
+
+
+def error_response(status_code: int, code: str, field: str | None, message: str, fields=None):
+    body = {"status": status_code, "code": code, "field": field, "message": message}
+    if fields:
+        body["fields"] = fields
+    return Response({"error": body}, status=status_code)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, exceptions.ValidationError):
+        return _validation_error(exc)
+    if isinstance(exc, RequestDataTooBig):
+        return error_response(413, "payload_too_large", "body", f"body: {exc}")
+    if isinstance(exc, (DatabaseError, QueueUnavailable)):
+        return error_response(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            None,
+            "The audit store or job queue is unavailable; nothing was generated. Retry later.",
+        )
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    field = next((f for cls, f in _FIELD_FOR.items() if isinstance(exc, cls)), None)
+    detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
+    message = str(detail)
+    if field and not message.startswith(f"{field}:"):
+        message = f"{field}: {message}"
+    code = exc.get_codes() if isinstance(exc, exceptions.APIException) else "error"
+    result = error_response(response.status_code, str(code), field, message)
+    for header in ("WWW-Authenticate", "Retry-After", "Allow"):
+        if header in response:
+            result[header] = response[header]
+    return result
+
+
+def _validation_error(exc: exceptions.ValidationError):
+    detail = exc.detail if isinstance(exc.detail, dict) else {"body": exc.detail}
+    fields = {("body" if k == "non_field_errors" else k): _flatten(v) for k, v in detail.items()}
+    field, messages = next(iter(fields.items()))
+    return error_response(400, "invalid", field, f"{field}: {messages[0]}", fields)
+
+
+def _flatten(value) -> list[str]:
+    if isinstance(value, dict):
+        return [f"{key}: {msg}" for key, item in value.items() for msg in _flatten(item)]
+    if isinstance(value, list):
+        return [msg for item in value for msg in _flatten(item)]
+    return [str(value)]

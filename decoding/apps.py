@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DecodingConfig(AppConfig):
+    name = "decoding"
+    verbose_name = "Decoding"

@@ -1,0 +1,113 @@
+"""Matters, API keys and generation jobs."""
+
+import hashlib
+import uuid
+
+from django.db import models
+
+
+class Matter(models.Model):
+    """A legal case. Jobs, keys and (later) reviewer grants are scoped to one."""
+
+    name = models.CharField(max_length=200, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKey(models.Model):
+    """An application's credential. Only the SHA-256 of the key is stored: keys are 256-bit random
+    strings, so an unsalted digest is as strong as the key and allows an indexed lookup."""
+
+    matter = models.ForeignKey(Matter, on_delete=models.PROTECT, related_name="api_keys")
+    name = models.CharField(max_length=200)
+    prefix = models.CharField(max_length=16, help_text="First characters of the key, to recognise it")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["matter", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["matter", "name"], name="decoding_apikey_matter_name")
+        ]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…) for {self.matter}"
+
+    @staticmethod
+    def digest(raw_key: str) -> str:
+        return hashlib.sha256(raw_key.encode("utf-8")).hexdigest()
+
+
+class GenerationJob(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    matter = models.ForeignKey(Matter, on_delete=models.PROTECT, related_name="jobs")
+    api_key = models.ForeignKey(
+        ApiKey, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
+    )
+    request_id = models.CharField(max_length=128, null=True, blank=True)
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True
+    )
+    error = models.TextField(blank=True)
+
+    prompt_token_ids = models.JSONField()
+    max_tokens = models.PositiveIntegerField()
+    temperature = models.FloatField()
+    top_k = models.PositiveIntegerField()
+    top_p = models.FloatField()
+    seed = models.BigIntegerField()
+    draft_length = models.PositiveIntegerField()
+    eos_token_id = models.PositiveIntegerField(null=True, blank=True)
+
+    # Written once, with the trail's seal, in the same transaction: only committed tokens.
+    output_token_ids = models.JSONField(default=list, blank=True)
+    stop_reason = models.CharField(max_length=16, blank=True)
+    steps = models.PositiveIntegerField(default=0)
+    drafted = models.PositiveIntegerField(default=0)
+    accepted = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    trail_id = models.UUIDField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["api_key", "request_id"],
+                condition=models.Q(request_id__isnull=False),
+                name="decoding_job_key_request_id",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.id} ({self.status})"
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return self.accepted / self.steps if self.steps else 0.0
+
+    @property
+    def latency_ms(self) -> int | None:
+        if self.finished_at is None:
+            return None
+        return round((self.finished_at - self.created_at).total_seconds() * 1000)

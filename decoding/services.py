@@ -1,0 +1,172 @@
+"""Writes for generation jobs and API keys. Views and tasks stay thin and call these."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import uuid
+
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from audit.models import Trail
+from audit.store import trail_open, trail_seal
+from decoding import runtime
+from decoding.engine import (
+    AuditUnavailable,
+    GenerationParams,
+    GenerationRequest,
+    GenerationResult,
+    SpeculativeDecoder,
+)
+from decoding.models import ApiKey, GenerationJob, Matter
+from decoding.sinks import TrailSink
+
+logger = logging.getLogger(__name__)
+
+JOB_PARAM_FIELDS = (
+    "max_tokens",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "draft_length",
+    "eos_token_id",
+)
+
+
+class QueueUnavailable(Exception):
+    """The job was stored but could not be handed to a worker; it has been failed, not lost."""
+
+
+def api_key_create(*, matter_name: str, name: str) -> tuple[ApiKey, str]:
+    """Create a key for a matter (creating the matter if needed). The raw key is returned once."""
+    raw_key = f"pf_{secrets.token_urlsafe(32)}"
+    with transaction.atomic():
+        matter, _ = Matter.objects.get_or_create(name=matter_name)
+        key = ApiKey.objects.create(
+            matter=matter, name=name, prefix=raw_key[:10], key_hash=ApiKey.digest(raw_key)
+        )
+    return key, raw_key
+
+
+def job_submit(
+    *, api_key: ApiKey, prompt_token_ids: list[int], request_id: str | None = None, **params
+) -> tuple[GenerationJob, bool]:
+    """Store a job and queue it once the row is committed. Returns (job, created).
+
+    A request_id already used under the same key returns the existing job instead of a new one.
+    """
+    if request_id is not None:
+        existing = GenerationJob.objects.filter(api_key=api_key, request_id=request_id).first()
+        if existing is not None:
+            return existing, False
+    if params.get("seed") is None:
+        # Every job has a seed, so every job can be replayed.
+        params["seed"] = secrets.randbelow(2**53)
+    try:
+        with transaction.atomic():
+            job = GenerationJob.objects.create(
+                matter=api_key.matter,
+                api_key=api_key,
+                request_id=request_id,
+                prompt_token_ids=prompt_token_ids,
+                **params,
+            )
+            transaction.on_commit(lambda: _enqueue(job.id))
+    except IntegrityError:
+        if request_id is None:
+            raise
+        # A concurrent request with the same request_id won the race.
+        return GenerationJob.objects.get(api_key=api_key, request_id=request_id), False
+    return job, True
+
+
+def _enqueue(job_id: uuid.UUID) -> None:
+    from decoding.tasks import run_generation
+
+    try:
+        run_generation.delay(str(job_id))
+    except Exception as exc:
+        logger.error("could not queue job", extra={"job_id": str(job_id), "error": str(exc)})
+        GenerationJob.objects.filter(pk=job_id, status=GenerationJob.Status.QUEUED).update(
+            status=GenerationJob.Status.FAILED,
+            error=f"the job queue is unavailable: {exc}",
+            finished_at=timezone.now(),
+        )
+        raise QueueUnavailable(str(exc)) from exc
+
+
+def job_run(*, job_id: uuid.UUID) -> None:
+    """Decode one job on this worker. Safe to call twice: only the caller that claims it runs it."""
+    claimed = GenerationJob.objects.filter(pk=job_id, status=GenerationJob.Status.QUEUED).update(
+        status=GenerationJob.Status.RUNNING,
+        started_at=timezone.now(),
+        attempts=F("attempts") + 1,
+    )
+    if not claimed:
+        logger.info("job already claimed or finished", extra={"job_id": str(job_id)})
+        return
+    job = GenerationJob.objects.get(pk=job_id)
+    trail = trail_open(job_id=job.id, attempt=job.attempts)
+    GenerationJob.objects.filter(pk=job.id).update(trail_id=trail.id)
+
+    drafter, target = runtime.model_pair()
+    decoder = SpeculativeDecoder(drafter=drafter, target=target, sink=TrailSink(trail.id))
+    try:
+        result = decoder.generate(_request_for(job))
+    except AuditUnavailable as exc:
+        cause = exc.__cause__ or exc
+        _fail(job, trail, f"audit store unavailable, no output released: {cause}")
+        return
+    except Exception as exc:
+        logger.exception("generation failed", extra={"job_id": str(job.id)})
+        _fail(job, trail, f"generation failed: {exc}")
+        return
+    _succeed(job, trail, result)
+
+
+def _request_for(job: GenerationJob) -> GenerationRequest:
+    params = GenerationParams(**{name: getattr(job, name) for name in JOB_PARAM_FIELDS})
+    return GenerationRequest(
+        request_id=str(job.id), prompt_token_ids=tuple(job.prompt_token_ids), params=params
+    )
+
+
+def _succeed(job: GenerationJob, trail: Trail, result: GenerationResult) -> None:
+    # The output appears in the same transaction that seals the trail whose records justify it.
+    with transaction.atomic():
+        trail_seal(trail_id=trail.id, outcome=Trail.Outcome.SUCCEEDED)
+        GenerationJob.objects.filter(pk=job.id).update(
+            status=GenerationJob.Status.SUCCEEDED,
+            output_token_ids=list(result.output_token_ids),
+            stop_reason=result.stop_reason,
+            steps=result.steps,
+            drafted=result.drafted,
+            accepted=result.accepted,
+            finished_at=timezone.now(),
+        )
+    logger.info(
+        "job succeeded",
+        extra={
+            "job_id": str(job.id),
+            "request_id": job.request_id,
+            "trail_id": str(trail.id),
+            "tokens": len(result.output_token_ids),
+            "acceptance_rate": round(result.acceptance_rate, 4),
+        },
+    )
+
+
+def _fail(job: GenerationJob, trail: Trail, reason: str) -> None:
+    try:
+        trail_seal(trail_id=trail.id, outcome=Trail.Outcome.FAILED)
+    except DatabaseError:
+        # The store that refused the records may refuse the seal too; the open trail still
+        # verifies up to its last committed record.
+        logger.warning("could not seal failed trail", extra={"trail_id": str(trail.id)})
+    GenerationJob.objects.filter(pk=job.id).update(
+        status=GenerationJob.Status.FAILED, error=reason, finished_at=timezone.now()
+    )
+    logger.warning("job failed", extra={"job_id": str(job.id), "error": reason})

@@ -1,0 +1,137 @@
+"""Pathfinder settings. Every value comes from an environment variable with a documented default
+(README, "Settings"). Unset, they give the embedded default: SQLite and a server-less queue."""
+
+from pathlib import Path
+
+import dj_database_url
+
+from .env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("PATHFINDER_VAR_DIR", str(BASE_DIR / "var")))
+
+SECRET_KEY = env_str("PATHFINDER_SECRET_KEY", "insecure-development-key-set-PATHFINDER_SECRET_KEY")
+DEBUG = env_bool("PATHFINDER_DEBUG", False)
+ALLOWED_HOSTS = env_list("PATHFINDER_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "audit",
+    "decoding",
+    "reviewers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "pathfinder_site.middleware.BodySizeLimitMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "pathfinder_site.urls"
+WSGI_APPLICATION = "pathfinder_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database: PostgreSQL in production, SQLite for the embedded default -------------------------
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'pathfinder.sqlite3'}"),
+        conn_max_age=env_int("PATHFINDER_DB_CONN_MAX_AGE", 0, minimum=0),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The web process and the worker write concurrently: WAL lets readers proceed, IMMEDIATE
+    # takes the write lock at BEGIN so two writers queue instead of failing with "locked".
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+# --- Request limits -------------------------------------------------------------------------------
+PATHFINDER_MAX_BODY_BYTES = env_int("PATHFINDER_MAX_BODY_BYTES", 1_048_576, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = PATHFINDER_MAX_BODY_BYTES
+PATHFINDER_MAX_PROMPT_TOKENS = env_int("PATHFINDER_MAX_PROMPT_TOKENS", 4096, minimum=1)
+PATHFINDER_MAX_OUTPUT_TOKENS = env_int("PATHFINDER_MAX_OUTPUT_TOKENS", 1024, minimum=1)
+PATHFINDER_MAX_DRAFT_LENGTH = env_int("PATHFINDER_MAX_DRAFT_LENGTH", 16, minimum=0)
+PATHFINDER_DEFAULT_DRAFT_LENGTH = env_int("PATHFINDER_DEFAULT_DRAFT_LENGTH", 4, minimum=0)
+
+# --- Models (deterministic stub pair until real models land) -----------------------------------
+PATHFINDER_STUB_VOCAB_SIZE = env_int("PATHFINDER_STUB_VOCAB_SIZE", 32, minimum=2)
+PATHFINDER_STUB_DRAFT_NOISE = env_float("PATHFINDER_STUB_DRAFT_NOISE", 0.5)
+
+# --- REST API -------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["decoding.api.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["decoding.api.authentication.HasApiKey"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "decoding.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+# --- Celery: Redis in production, kombu's filesystem transport for the embedded default ----------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+PATHFINDER_QUEUE_DIR = Path(env_str("PATHFINDER_QUEUE_DIR", str(VAR_DIR / "queue")))
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(PATHFINDER_QUEUE_DIR / "messages"),
+        "data_folder_out": str(PATHFINDER_QUEUE_DIR / "messages"),
+        "processed_folder": str(PATHFINDER_QUEUE_DIR / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_DEFAULT_QUEUE = env_str("PATHFINDER_TASK_QUEUE", "pathfinder")
+CELERY_TASK_IGNORE_RESULT = True  # job state lives in the database, not a result backend
+CELERY_TASK_ACKS_LATE = True  # safe because run_generation claims its job atomically
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("PATHFINDER_TASK_TIME_LIMIT", 3600, minimum=1)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# --- Logging: one JSON object per line on stderr -----------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "pathfinder_site.logging.JsonFormatter"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "root": {"handlers": ["stderr"], "level": env_str("PATHFINDER_LOG_LEVEL", "INFO")},
+}

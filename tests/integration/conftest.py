@@ -1,0 +1,52 @@
+"""Shared actors for tests against the real PostgreSQL: a matter with an API key, an outsider's
+key for another matter, and a helper that runs a job on this process the way a worker does."""
+
+from types import SimpleNamespace
+
+import pytest
+from rest_framework.test import APIClient
+
+from decoding.models import GenerationJob
+from decoding.services import api_key_create, job_run, job_submit
+
+JOB_DEFAULTS = {
+    "max_tokens": 30,
+    "temperature": 0.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "seed": 7,
+    "draft_length": 4,
+    "eos_token_id": None,
+}
+
+
+@pytest.fixture
+def owner(db):
+    key, raw = api_key_create(matter_name="Doe v. Roe", name="discovery-app")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return SimpleNamespace(key=key, raw=raw, api=client)
+
+
+@pytest.fixture
+def outsider(db):
+    key, raw = api_key_create(matter_name="Other v. Matter", name="other-app")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return SimpleNamespace(key=key, raw=raw, api=client)
+
+
+@pytest.fixture
+def run_job(owner):
+    """Submit and decode a job in this process (no broker: on_commit never fires in a test
+    transaction), returning the finished job."""
+
+    def run(prompt=(1, 2, 3), **overrides) -> GenerationJob:
+        job, _ = job_submit(
+            api_key=owner.key, prompt_token_ids=list(prompt), **{**JOB_DEFAULTS, **overrides}
+        )
+        job_run(job_id=job.id)
+        job.refresh_from_db()
+        return job
+
+    return run
