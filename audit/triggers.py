@@ -79,14 +79,29 @@ END $$;
 def _postgres_triggers() -> list[str]:
     statements = [POSTGRES_FUNCTIONS]
     triggers = [
-        ("audit_record_insert", "audit_decisionrecord", "BEFORE INSERT", "ROW",
-         "audit_record_check_insert"),
-        ("audit_ledger_insert", "audit_ledgerentry", "BEFORE INSERT", "ROW",
-         "audit_ledger_check_insert"),
+        (
+            "audit_record_insert",
+            "audit_decisionrecord",
+            "BEFORE INSERT",
+            "ROW",
+            "audit_record_check_insert",
+        ),
+        (
+            "audit_ledger_insert",
+            "audit_ledgerentry",
+            "BEFORE INSERT",
+            "ROW",
+            "audit_ledger_check_insert",
+        ),
         ("audit_trail_update", "audit_trail", "BEFORE UPDATE", "ROW", "audit_trail_check_update"),
         ("audit_trail_delete", "audit_trail", "BEFORE DELETE", "ROW", "audit_reject_change"),
-        ("audit_trail_truncate", "audit_trail", "BEFORE TRUNCATE", "STATEMENT",
-         "audit_reject_change"),
+        (
+            "audit_trail_truncate",
+            "audit_trail",
+            "BEFORE TRUNCATE",
+            "STATEMENT",
+            "audit_reject_change",
+        ),
     ]
     for table in APPEND_ONLY_TABLES:
         triggers += [
@@ -95,7 +110,8 @@ def _postgres_triggers() -> list[str]:
         ]
     for name, table, when, level, function in triggers:
         statements.append(
-            f"CREATE TRIGGER {name} {when} ON {table} FOR EACH {level} EXECUTE FUNCTION {function}()"
+            f"CREATE TRIGGER {name} {when} ON {table} "
+            f"FOR EACH {level} EXECUTE FUNCTION {function}()"
         )
         statements.append(f"ALTER TABLE {table} ENABLE ALWAYS TRIGGER {name}")
     return statements

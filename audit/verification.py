@@ -93,8 +93,13 @@ def verify_everything(*, progress: Callable[[], None] | None = None) -> Report:
             report.failures.extend(chain.check_sealed_trail(payload, summary))
         for trail_id, trail in trails.items():
             if trail_id not in sealed:
-                _check_head(trail_id, summaries.get(trail_id) or _empty_summary(trail_id), trail,
-                            None, report)
+                _check_head(
+                    trail_id,
+                    summaries.get(trail_id) or _empty_summary(trail_id),
+                    trail,
+                    None,
+                    report,
+                )
         for trail_id in summaries.keys() - trails.keys() - sealed:
             report.failures.append(
                 chain.Failure("trail", trail_id, 0, "records belong to a trail that does not exist")
@@ -156,9 +161,9 @@ def _ledger_link_failures(entry: LedgerEntry) -> list[chain.Failure]:
 
 
 def _stored(records) -> Iterator[chain.StoredRecord]:
-    for record in records.only(
-        "trail_id", "seq", "prev_hash", "record_hash", "payload"
-    ).iterator(chunk_size=_CHUNK):
+    for record in records.only("trail_id", "seq", "prev_hash", "record_hash", "payload").iterator(
+        chunk_size=_CHUNK
+    ):
         yield chain.StoredRecord(
             str(record.trail_id), record.seq, record.prev_hash, record.record_hash, record.payload
         )

@@ -25,7 +25,9 @@ class ApiKey(models.Model):
 
     matter = models.ForeignKey(Matter, on_delete=models.PROTECT, related_name="api_keys")
     name = models.CharField(max_length=200)
-    prefix = models.CharField(max_length=16, help_text="First characters of the key, to recognise it")
+    prefix = models.CharField(
+        max_length=16, help_text="First characters of the key, to recognise it"
+    )
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

@@ -8,7 +8,7 @@ from functools import cache
 
 from django.conf import settings
 
-from decoding.engine import DraftModelDrafter, Drafter, Provider, StubProvider
+from decoding.engine import Drafter, DraftModelDrafter, Provider, StubProvider
 
 
 @cache

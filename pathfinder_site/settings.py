@@ -65,6 +65,7 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # The web process and the worker write concurrently: WAL lets readers proceed, IMMEDIATE
     # takes the write lock at BEGIN so two writers queue instead of failing with "locked".
     DATABASES["default"]["OPTIONS"] = {
@@ -113,11 +114,13 @@ REST_FRAMEWORK = {
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 PATHFINDER_QUEUE_DIR = Path(env_str("PATHFINDER_QUEUE_DIR", str(VAR_DIR / "queue")))
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    # kombu's filesystem transport: producer and consumer share one folder of message files.
+    (PATHFINDER_QUEUE_DIR / "messages").mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(PATHFINDER_QUEUE_DIR / "messages"),
         "data_folder_out": str(PATHFINDER_QUEUE_DIR / "messages"),
-        "processed_folder": str(PATHFINDER_QUEUE_DIR / "processed"),
         "store_processed": False,
+        "polling_interval": 0.2,
     }
 CELERY_TASK_DEFAULT_QUEUE = env_str("PATHFINDER_TASK_QUEUE", "pathfinder")
 CELERY_TASK_IGNORE_RESULT = True  # job state lives in the database, not a result backend
@@ -125,6 +128,8 @@ CELERY_TASK_ACKS_LATE = True  # safe because run_generation claims its job atomi
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("PATHFINDER_TASK_TIME_LIMIT", 3600, minimum=1)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Fail a submission fast (503, job marked failed) rather than hang when the broker is down.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Logging: one JSON object per line on stderr -----------------------------------------------

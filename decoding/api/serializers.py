@@ -51,7 +51,9 @@ class GenerationInput(serializers.Serializer):
     def validate_max_tokens(self, value):
         limit = settings.PATHFINDER_MAX_OUTPUT_TOKENS
         if value > limit:
-            raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.")
+            raise serializers.ValidationError(
+                f"Ensure this value is less than or equal to {limit}."
+            )
         return value
 
     def validate_top_p(self, value):
@@ -62,7 +64,9 @@ class GenerationInput(serializers.Serializer):
     def validate_draft_length(self, value):
         limit = settings.PATHFINDER_MAX_DRAFT_LENGTH
         if value > limit:
-            raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.")
+            raise serializers.ValidationError(
+                f"Ensure this value is less than or equal to {limit}."
+            )
         return value
 
     def validate_eos_token_id(self, value):

@@ -23,7 +23,10 @@ def build() -> dict:
         records.append({"seq": seq, "prev_hash": prev, "record_hash": digest, "payload": text})
         prev = digest
     leaf = chain.ledger_payload(
-        trail_id=TRAIL_ID, job_id=JOB_ID, record_count=len(records), head_hash=prev,
+        trail_id=TRAIL_ID,
+        job_id=JOB_ID,
+        record_count=len(records),
+        head_hash=prev,
         outcome="succeeded",
     )
     ledger_prev = chain.ledger_genesis_hash()

@@ -48,7 +48,9 @@ def test_every_committed_payload_is_already_canonical():
 
 def test_the_committed_trail_verifies_with_no_failures():
     records = [
-        chain.StoredRecord(VECTORS["trail_id"], r["seq"], r["prev_hash"], r["record_hash"], r["payload"])
+        chain.StoredRecord(
+            VECTORS["trail_id"], r["seq"], r["prev_hash"], r["record_hash"], r["payload"]
+        )
         for r in VECTORS["records"]
     ]
     summary = chain.verify_trail(VECTORS["trail_id"], records)

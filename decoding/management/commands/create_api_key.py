@@ -8,7 +8,9 @@ class Command(BaseCommand):
     help = "Create an API key for a matter (creating the matter if needed); print the key last."
 
     def add_arguments(self, parser):
-        parser.add_argument("--matter", required=True, help="the matter (legal case) the key serves")
+        parser.add_argument(
+            "--matter", required=True, help="the matter (legal case) the key serves"
+        )
         parser.add_argument("name", help="a name for the key, unique within the matter")
 
     def handle(self, *args, **options):

@@ -1,9 +1,10 @@
 """Serve the API and run one Celery worker from a single command (the embedded default).
 
-Production runs gunicorn and `celery worker` as separate services (docs/operations.md); this is the
-one-command way to bring everything up on one machine.
+Production runs gunicorn and `celery worker` as separate services; this is the one-command way to
+bring everything up on one machine.
 """
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -19,15 +20,14 @@ class Command(BaseCommand):
         parser.add_argument("--web-workers", type=int, default=2)
 
     def handle(self, *args, **options):
+        python = sys.executable
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "pathfinder_site", "worker",
-             "--loglevel", "INFO", "--concurrency", "1", "--pool", "prefork"]
+            [python, "-m", "celery", "-A", "pathfinder_site", "worker", "--concurrency", "1"]
         )
         web = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "pathfinder_site.wsgi:application",
-             "--bind", options["bind"], "--workers", str(options["web_workers"]),
-             "--access-logfile", "-"]
-        )
+            [python, "-m", "gunicorn", "pathfinder_site.wsgi:application", "--bind",
+             options["bind"], "--workers", str(options["web_workers"]), "--access-logfile", "-"]
+        )  # fmt: skip
         self.stdout.write(f"Serving on http://{options['bind']}/ with one Celery worker.")
 
         def stop(signum, frame):
@@ -36,22 +36,24 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         try:
             while web.poll() is None and worker.poll() is None:
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     web.wait(timeout=1)
-                except subprocess.TimeoutExpired:
-                    pass
         except KeyboardInterrupt:
             pass
         finally:
-            for process in (web, worker):
-                if process.poll() is None:
-                    process.terminate()
-            for process in (web, worker):
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-        if web.returncode not in (0, -signal.SIGTERM, None) or worker.returncode not in (
-            0, -signal.SIGTERM, None
-        ):
+            _stop_all(web, worker)
+        if web.returncode > 0 or worker.returncode > 0:
             sys.exit(1)
+
+
+def _stop_all(*processes: subprocess.Popen) -> None:
+    # SIGTERM lets the worker finish its current step's commit (a warm shutdown).
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

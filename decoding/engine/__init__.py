@@ -1,0 +1,31 @@
+"""Pathfinder's speculative decoding engine: pure Python and numpy, no Django.
+
+A drafter proposes tokens, the target verifies them in one pass, an exact rule decides what is
+kept, and every step is recorded through an audit sink before its tokens are released.
+"""
+
+from .decoder import AuditSink, AuditUnavailable, GenerationResult, SpeculativeDecoder
+from .drafters import Draft, Drafter, DraftModelDrafter
+from .params import GenerationParams, GenerationRequest
+from .providers import ModelIdentity, Provider, StubProvider
+from .records import StepRecord
+from .rng import uniform
+from .version import ENGINE_VERSION
+
+__all__ = [
+    "ENGINE_VERSION",
+    "AuditSink",
+    "AuditUnavailable",
+    "Draft",
+    "DraftModelDrafter",
+    "Drafter",
+    "GenerationParams",
+    "GenerationRequest",
+    "GenerationResult",
+    "ModelIdentity",
+    "Provider",
+    "SpeculativeDecoder",
+    "StepRecord",
+    "StubProvider",
+    "uniform",
+]

@@ -1,0 +1,36 @@
+"""Drafting with a smaller model that shares the target's tokenizer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..params import GenerationParams
+from ..providers.base import Provider
+from ..rng import uniform
+from ..sampling import sample
+from .base import Draft, Drafter
+
+
+class DraftModelDrafter(Drafter):
+    """Runs the draft model autoregressively, one forward pass per proposed token."""
+
+    def __init__(self, provider: Provider) -> None:
+        self._provider = provider
+        self.identity = provider.identity
+        self.vocab_size = provider.vocab_size
+
+    def propose(
+        self, context: Sequence[int], k: int, params: GenerationParams, *, seed: int, step: int
+    ) -> Draft:
+        extended = list(context)
+        q = np.empty((k, self.vocab_size))
+        for i in range(k):
+            q[i] = self._provider.next_distributions(extended, 1, params)[0]
+            if params.is_greedy:
+                token = int(np.argmax(q[i]))
+            else:
+                token = sample(q[i], uniform(seed, step, i, "draft"))
+            extended.append(token)
+        return Draft(tokens=np.array(extended[len(context) :], dtype=np.int64), q=q)

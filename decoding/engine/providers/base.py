@@ -1,0 +1,58 @@
+"""The provider contract every model (stub, local weights, remote) implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..params import GenerationParams
+from ..sampling import warp
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What a reviewer needs to name the exact model that made a decision."""
+
+    name: str
+    revision: str
+    sha256: str  # of the weight files
+    runtime: str
+    runtime_version: str
+
+    def as_payload(self) -> dict[str, str]:
+        return asdict(self)
+
+
+class Provider(ABC):
+    """A model seen as one forward pass over a context.
+
+    Implementations must be pure in their inputs (same context, same logits) so that recorded
+    runs replay; real ones keep a KV cache for the prefix shared with their previous call.
+    """
+
+    identity: ModelIdentity
+    vocab_size: int
+
+    @abstractmethod
+    def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
+        """(num_positions, vocab_size) next-token logits for the trailing prefixes of context.
+
+        Row t scores the token after context[: len(context) - num_positions + 1 + t]: one call
+        with num_positions=1 drafts a token, one with k + 1 verifies k drafted tokens.
+        """
+
+    def next_distributions(
+        self, context: Sequence[int], num_positions: int, params: GenerationParams
+    ) -> np.ndarray:
+        if not 1 <= num_positions <= len(context):
+            raise ValueError(f"num_positions {num_positions} outside 1..{len(context)}")
+        logits = self.logits(context, num_positions)
+        if logits.shape != (num_positions, self.vocab_size):
+            raise ValueError(
+                f"{self.identity.name} returned logits of shape {logits.shape}, "
+                f"expected {(num_positions, self.vocab_size)}"
+            )
+        return warp(logits, params)

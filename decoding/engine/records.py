@@ -1,0 +1,129 @@
+"""The audit record of one speculative step, as the canonical payload the audit store hashes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .params import GenerationParams
+from .providers.base import ModelIdentity
+from .rules import Verdict
+from .sampling import decimal
+
+PAYLOAD_VERSION = 1
+
+
+_HOW_DRAWN = {
+    "argmax": "was taken as the target's argmax",
+    "argmax-bonus": "was taken as the target's argmax",
+    "residual": "was drawn from the residual distribution",
+    "bonus": "was drawn from the target distribution",
+}
+
+
+def _optional_decimal(x: float | None) -> str | None:
+    return None if x is None else decimal(x)
+
+
+@dataclass(frozen=True, eq=False)
+class StepRecord:
+    """Everything behind one step's tokens; committed before any of them is released.
+
+    payload() holds only str, int, bool, None, list and dict: probabilities travel as the
+    shortest decimal strings that read back as the same binary64, never as floats.
+    """
+
+    request_id: str
+    step: int
+    draft: ModelIdentity
+    target: ModelIdentity
+    params: GenerationParams
+    context_length: int  # tokens (prompt + output) before this step
+    verdict: Verdict
+    emitted: tuple[int, ...]
+    stop: str | None  # None | "eos" | "max_tokens"
+    draft_ns: int
+    verify_ns: int
+
+    @property
+    def drafted_count(self) -> int:
+        return len(self.verdict.tokens)
+
+    @property
+    def accepted_count(self) -> int:
+        return self.verdict.accepted_count
+
+    def payload(self) -> dict[str, Any]:
+        verdict, params = self.verdict, self.params
+        return {
+            "v": PAYLOAD_VERSION,
+            "request_id": self.request_id,
+            "step": self.step,
+            "rule": verdict.rule,
+            "draft": self.draft.as_payload(),
+            "target": self.target.as_payload(),
+            "params": {
+                "max_tokens": params.max_tokens,
+                "temperature": decimal(params.temperature),
+                "top_k": params.top_k,
+                "top_p": decimal(params.top_p),
+                "seed": params.seed,
+                "draft_length": params.draft_length,
+                "eos_token_id": params.eos_token_id,
+            },
+            "context_length": self.context_length,
+            "draft_length": self.drafted_count,
+            "drafted": [self._drafted(i) for i in range(self.drafted_count)],
+            "accepted_count": verdict.accepted_count,
+            "correction": {
+                "token": verdict.correction_token,
+                "kind": verdict.correction_kind,
+                "u": _optional_decimal(verdict.correction_u),
+                "p": decimal(verdict.correction_p),
+            },
+            "emitted": list(self.emitted),
+            "stop": self.stop,
+            "rationale": self.rationale(),
+            "timings_us": {"draft": self.draft_ns // 1000, "verify": self.verify_ns // 1000},
+        }
+
+    def _drafted(self, i: int) -> dict[str, Any]:
+        verdict = self.verdict
+        tested = i < verdict.tested
+        return {
+            "token": int(verdict.tokens[i]),
+            "q": decimal(verdict.q[i]),
+            "p": decimal(verdict.p[i]),
+            "ratio": None if verdict.ratio is None else decimal(verdict.ratio[i]),
+            "u": decimal(verdict.u[i]) if verdict.u is not None and tested else None,
+            "accepted": i < verdict.accepted_count,
+        }
+
+    def rationale(self) -> str:
+        """One plain-English sentence a reviewer can read without the rest of the record."""
+        verdict = self.verdict
+        k, n, token = self.drafted_count, verdict.accepted_count, verdict.correction_token
+        drawn = _HOW_DRAWN[verdict.correction_kind]
+        if k == 0:
+            clauses = [f"Nothing was drafted; token {token} {drawn}"]
+        elif verdict.rejected:
+            rejected = int(verdict.tokens[n])
+            if verdict.u is None:
+                why = "not the target's argmax"
+            else:
+                why = f"u={verdict.u[n]:.2f} >= p/q={verdict.ratio[n]:.2f}"
+            clauses = [
+                f"Accepted {n} of {k} drafted tokens",
+                f"token {rejected} at position {n + 1} was rejected ({why}) and token {token} "
+                f"{drawn}",
+            ]
+        else:
+            clauses = [f"Accepted all {k} drafted tokens", f"bonus token {token} {drawn}"]
+        if self.stop == "eos":
+            clause = f"generation stopped at end-of-sequence token {self.emitted[-1]}"
+            if len(self.emitted) < n + 1:
+                clause += f", so only {len(self.emitted)} of the {n + 1} tokens were emitted"
+            clauses.append(clause)
+        elif self.stop == "max_tokens":
+            clauses.append(f"generation stopped at the {self.params.max_tokens}-token limit")
+        return "; ".join(clauses) + "."

@@ -1,0 +1,122 @@
+"""Verification rules: given a draft (tokens, q) and the target's p, what is kept.
+
+One function per rule, after vLLM's rejection sampler. Both are exact: the output has the
+distribution the target alone would give (ARCHITECTURE.md invariant 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .drafters.base import Draft
+from .rng import uniform
+from .sampling import sample
+
+GREEDY = "greedy-argmax"
+SAMPLING = "speculative-sampling"
+
+
+@dataclass(frozen=True, eq=False)
+class Verdict:
+    """Per drafted token (arrays of length k) and the one token the target adds.
+
+    Positions after the first rejection are not tested: they are never accepted and carry no
+    accept draw (u is None for them, and throughout for greedy).
+    """
+
+    rule: str
+    tokens: np.ndarray  # drafted token ids
+    q: np.ndarray  # q_i(x_i)
+    p: np.ndarray  # p_i(x_i)
+    ratio: np.ndarray | None  # p_i(x_i) / q_i(x_i); None for greedy
+    u: np.ndarray | None  # accept draws; None for greedy
+    accepted_count: int
+    correction_token: int
+    correction_kind: str  # "argmax" | "argmax-bonus" | "residual" | "bonus"
+    correction_u: float | None
+    correction_p: float  # p of the correction token at its position
+
+    @property
+    def rejected(self) -> bool:
+        return self.accepted_count < len(self.tokens)
+
+    @property
+    def tested(self) -> int:
+        """How many drafted positions the rule decided on."""
+        return self.accepted_count + int(self.rejected)
+
+
+def _accepted_prefix(accept: np.ndarray) -> int:
+    """Length of the leading run of True: tokens after the first rejection are discarded."""
+    return int(np.cumprod(accept).sum())
+
+
+def _token_probs(dist: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    return dist[np.arange(len(tokens)), tokens]
+
+
+def verify_greedy(draft: Draft, p: np.ndarray) -> Verdict:
+    """Temperature 0: keep drafted x_i while x_i == argmax p_i; the target's argmax follows.
+
+    The output is then the target's own greedy decoding token for token.
+    """
+    k = len(draft.tokens)
+    target_choice = np.argmax(p, axis=-1)
+    n = _accepted_prefix(draft.tokens == target_choice[:k])
+    token = int(target_choice[n])
+    return Verdict(
+        rule=GREEDY,
+        tokens=draft.tokens,
+        q=_token_probs(draft.q, draft.tokens),
+        p=_token_probs(p, draft.tokens),
+        ratio=None,
+        u=None,
+        accepted_count=n,
+        correction_token=token,
+        correction_kind="argmax" if n < k else "argmax-bonus",
+        correction_u=None,
+        correction_p=float(p[n, token]),
+    )
+
+
+def verify_sampling(draft: Draft, p: np.ndarray, *, seed: int, step: int) -> Verdict:
+    """Speculative sampling (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023, Algorithm 2).
+
+    Accept x_i iff u_i < min(1, p_i(x_i) / q_i(x_i)). At the first rejection, draw from
+    norm(max(0, p_i - q_i)); if all k are accepted, draw a bonus token from p_k. Either way the
+    emitted token is distributed exactly as p_i.
+    """
+    k = len(draft.tokens)
+    q_x = _token_probs(draft.q, draft.tokens)
+    if np.any(q_x <= 0):
+        raise ValueError("a drafter proposed a token to which its own q gives no probability")
+    p_x = _token_probs(p, draft.tokens)
+    ratio = p_x / q_x
+    u = np.array([uniform(seed, step, i, "accept") for i in range(k)])
+    n = _accepted_prefix(u < np.minimum(1.0, ratio))
+    if n < k:
+        residual = np.maximum(p[n] - draft.q[n], 0.0)
+        # Mathematically positive after a rejection; rounding can empty it, and then p is exact.
+        dist = residual if residual.sum() > 0 else p[n]
+        correction_u = uniform(seed, step, n, "residual")
+        kind = "residual"
+    else:
+        dist = p[k]
+        correction_u = uniform(seed, step, k, "bonus")
+        kind = "bonus"
+    token = sample(dist, correction_u)
+    return Verdict(
+        rule=SAMPLING,
+        tokens=draft.tokens,
+        q=q_x,
+        p=p_x,
+        ratio=ratio,
+        u=u,
+        accepted_count=n,
+        correction_token=token,
+        correction_kind=kind,
+        correction_u=correction_u,
+        correction_p=float(p[n, token]),
+    )

@@ -1,0 +1,85 @@
+"""The cast shared by the engine tests: stub models, hand-written fake models, audit sinks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pytest
+
+from decoding.engine import (
+    DraftModelDrafter,
+    ModelIdentity,
+    Provider,
+    SpeculativeDecoder,
+    StepRecord,
+    StubProvider,
+)
+
+
+class TableProvider(Provider):
+    """A fake model whose next-token probabilities depend only on the prefix length.
+
+    rows maps a prefix length to probabilities (zeros allowed); other lengths are uniform.
+    """
+
+    def __init__(self, rows: Mapping[int, Sequence[float]], vocab_size: int = 4, name="table"):
+        self.vocab_size = vocab_size
+        self.identity = ModelIdentity(name, "test", "0" * 64, "test", "1")
+        with np.errstate(divide="ignore"):
+            self._logits = {n: np.log(np.asarray(row, dtype=float)) for n, row in rows.items()}
+
+    def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
+        first = len(context) - num_positions + 1
+        lengths = range(first, first + num_positions)
+        return np.stack([self._logits.get(n, np.zeros(self.vocab_size)) for n in lengths])
+
+
+class MemorySink:
+    """Commits records to a list; raises instead of committing the record number `fail_on`."""
+
+    def __init__(self, fail_on: int | None = None):
+        self.records: list[StepRecord] = []
+        self._fail_on = fail_on
+
+    def record(self, record: StepRecord) -> None:
+        if len(self.records) + 1 == self._fail_on:
+            raise OSError("disk full")
+        self.records.append(record)
+
+
+@pytest.fixture
+def sink() -> MemorySink:
+    return MemorySink()
+
+
+@pytest.fixture
+def failing_sink() -> MemorySink:
+    return MemorySink(fail_on=3)
+
+
+@pytest.fixture
+def table_decoder(sink):
+    """Build a decoder from fake draft and target tables, committing to `sink`."""
+
+    def build(draft_rows, target_rows) -> SpeculativeDecoder:
+        drafter = DraftModelDrafter(TableProvider(draft_rows, name="draft"))
+        return SpeculativeDecoder(drafter, TableProvider(target_rows, name="target"), sink)
+
+    return build
+
+
+@pytest.fixture
+def target() -> StubProvider:
+    return StubProvider(seed=0, name="stub-target")
+
+
+@pytest.fixture
+def draft_model() -> StubProvider:
+    """Correlated with `target`, as a distilled draft is: mostly but not always agrees."""
+    return StubProvider(seed=0, noise_seed=1, noise=0.5, name="stub-draft")
+
+
+@pytest.fixture
+def decoder(draft_model, target, sink) -> SpeculativeDecoder:
+    return SpeculativeDecoder(DraftModelDrafter(draft_model), target, sink)

@@ -1,0 +1,97 @@
+import numpy as np
+import pytest
+
+from decoding.engine import GenerationParams
+from decoding.engine.sampling import decimal, sample, warp
+
+
+def softmax(z):
+    e = np.exp(np.asarray(z, dtype=float) - np.max(z))
+    return e / e.sum()
+
+
+def warped(logits, **params):
+    return warp(np.array([logits], dtype=float), GenerationParams(**params))[0]
+
+
+def test_temperature_divides_the_logits_before_the_softmax():
+    logits = [1.0, 2.0, 0.5, -1.0]
+    np.testing.assert_allclose(warped(logits, temperature=0.5), softmax(np.array(logits) * 2))
+
+
+def test_greedy_returns_the_plain_softmax_whatever_the_top_k_and_top_p():
+    logits = [1.0, 2.0, 0.5, -1.0]
+    np.testing.assert_allclose(warped(logits, temperature=0, top_k=1, top_p=0.1), softmax(logits))
+
+
+def test_top_k_keeps_the_k_largest_logits():
+    probs = warped([1.0, 4.0, 3.0, 2.0], top_k=2)
+    np.testing.assert_allclose(probs, [0, *softmax([4.0, 3.0]), 0])
+
+
+def test_top_k_breaks_ties_in_favour_of_the_lower_token_id():
+    assert warped([1.0, 3.0, 3.0, 3.0], top_k=2).tolist() == [0.0, 0.5, 0.5, 0.0]
+
+
+def test_top_k_zero_or_at_least_the_vocabulary_keeps_everything():
+    logits = [1.0, 4.0, 3.0, 2.0]
+    np.testing.assert_allclose(warped(logits, top_k=0), softmax(logits))
+    np.testing.assert_allclose(warped(logits, top_k=4), softmax(logits))
+
+
+@pytest.mark.parametrize(
+    ("top_p", "expected"),
+    [
+        (0.4, [1, 0, 0, 0]),  # the top token alone already reaches 0.4
+        (0.75, [0.625, 0.375, 0, 0]),  # 0.5 + 0.3 is the smallest prefix reaching 0.75
+        (0.9, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0]),
+        (1.0, [0.5, 0.3, 0.15, 0.05]),
+    ],
+)
+def test_top_p_keeps_the_smallest_nucleus_reaching_the_mass_and_renormalises(top_p, expected):
+    np.testing.assert_allclose(warped(np.log([0.5, 0.3, 0.15, 0.05]), top_p=top_p), expected)
+
+
+def test_top_p_breaks_ties_in_favour_of_the_lower_token_id():
+    assert warped([0.0, 0.0, 0.0, 0.0], top_p=0.5).tolist() == [0.5, 0.5, 0.0, 0.0]
+
+
+def test_top_p_applies_after_top_k_and_temperature():
+    logits = np.log([0.1, 0.4, 0.2, 0.3]) * 2  # temperature 2 undoes the doubling
+    # top-k 3 leaves 0.4, 0.3, 0.2 (renormalised /0.9); top-p 0.7 then keeps 0.4 and 0.3.
+    np.testing.assert_allclose(
+        warped(logits, temperature=2.0, top_k=3, top_p=0.7), [0, 4 / 7, 0, 3 / 7]
+    )
+
+
+def test_warp_scores_every_row_independently():
+    rows = np.array([[0.0, 1.0, 2.0], [2.0, 1.0, 0.0]])
+    probs = warp(rows, GenerationParams(top_k=1))
+    assert probs.dtype == np.float64
+    assert probs.tolist() == [[0, 0, 1], [1, 0, 0]]
+
+
+@pytest.mark.parametrize(("u", "token"), [(0.0, 0), (0.1, 0), (0.2, 2), (0.999, 2)])
+def test_sample_inverts_the_cdf_and_never_picks_a_zero_mass_token(u, token):
+    assert sample(np.array([0.2, 0.0, 0.8]), u) == token
+
+
+def test_sample_scales_u_by_the_total_of_an_unnormalised_row():
+    assert sample(np.array([1.0, 0.0, 3.0]), 0.3) == 2
+    assert sample(np.array([1.0, 0.0, 3.0]), 0.2) == 0
+
+
+def test_sample_clamps_to_the_last_token_with_mass_when_u_times_total_rounds_up():
+    assert sample(np.array([5e-324, 0.0]), 0.75) == 0
+
+
+def test_decimal_is_the_shortest_string_that_reads_back_exactly():
+    assert decimal(0.1) == "0.1"
+    assert decimal(1) == "1.0"
+    for x in np.random.default_rng(0).random(1000):
+        assert float(decimal(x)) == x
+
+
+def test_decimal_refuses_values_with_no_place_in_a_record():
+    with pytest.raises(ValueError):
+        decimal(float("nan"))
