@@ -119,6 +119,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(PATHFINDER_QUEUE_DIR / "messages"),
         "data_folder_out": str(PATHFINDER_QUEUE_DIR / "messages"),
+        "control_folder": str(PATHFINDER_QUEUE_DIR / "control"),
         "store_processed": False,
         "polling_interval": 0.2,
     }
