@@ -76,10 +76,11 @@ def job_submit(
             )
             transaction.on_commit(lambda: _enqueue(job.id))
     except IntegrityError:
-        if request_id is None:
+        # A concurrent request with the same request_id may have won the race.
+        winner = GenerationJob.objects.filter(api_key=api_key, request_id=request_id).first()
+        if request_id is None or winner is None:
             raise
-        # A concurrent request with the same request_id won the race.
-        return GenerationJob.objects.get(api_key=api_key, request_id=request_id), False
+        return winner, False
     return job, True
 
 
