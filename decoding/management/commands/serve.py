@@ -31,6 +31,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Serving on http://{options['bind']}/ with one Celery worker.")
 
         def stop(signum, frame):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut cleanup
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGTERM, stop)

@@ -1,0 +1,126 @@
+"""System-test fixtures: real gunicorn and Celery processes against a database of their own.
+
+Black-box on purpose: nothing here uses pytest-django's `db` fixtures (the audit tables reject
+TRUNCATE, so its flush would fail). The stack gets a fresh database, its own Celery queue and
+its own log files.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sys
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import redis
+from psycopg import sql
+
+from .helpers import (
+    Stack,
+    broker_url,
+    describe,
+    free_port,
+    last_line,
+    postgres_url,
+    start_process,
+    stop_all,
+    wait_for_workers,
+    wait_until_healthy,
+)
+
+
+@pytest.fixture(scope="session")
+def postgres_stack(tmp_path_factory) -> Iterator[Stack]:
+    suffix = secrets.token_hex(4)
+    database = f"pathfinder_sys_{suffix}"
+    admin_url = postgres_url("postgres")
+    try:
+        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"system tests need PostgreSQL at {admin_url}: {exc}")
+    with admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    database_url = postgres_url(database)
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "CELERY_BROKER_URL": broker_url(),
+        # A queue of its own, so no other worker on this Redis takes the stack's jobs.
+        "PATHFINDER_TASK_QUEUE": f"pathfinder-test-{suffix}",
+        "PATHFINDER_LOG_LEVEL": "WARNING",
+    }
+    log_dir = tmp_path_factory.mktemp("system-stack")
+    port = free_port()
+    host = socket.gethostname()
+    stack = Stack(
+        base_url=f"http://127.0.0.1:{port}",
+        api_key="",
+        env=env,
+        database=database,
+        database_url=database_url,
+        worker_names=[f"w1-{suffix}@{host}", f"w2-{suffix}@{host}"],
+    )
+    try:
+        migrated = stack.manage("migrate", "--noinput")
+        assert migrated.returncode == 0, describe(migrated)
+        stack.api_key = last_line(
+            stack.manage("create_api_key", "--matter", "system-tests", "tests")
+        )
+        stack.other_api_key = last_line(
+            stack.manage("create_api_key", "--matter", "other-matter", "tests")
+        )
+        stack.processes["gunicorn"] = start_process(
+            "gunicorn",
+            [
+                sys.executable, "-m", "gunicorn", "pathfinder_site.wsgi:application",
+                "--bind", f"127.0.0.1:{port}", "--workers", "2",
+            ],
+            env,
+            log_dir,
+        )  # fmt: skip
+        for name in stack.worker_names:
+            short = name.split("-")[0]
+            stack.processes[short] = start_process(
+                short,
+                [
+                    sys.executable, "-m", "celery", "-A", "pathfinder_site", "worker",
+                    "--concurrency", "1", "--pool", "prefork", "-n", name, "--loglevel", "INFO",
+                ],
+                env,
+                log_dir,
+            )  # fmt: skip
+        wait_until_healthy(stack.base_url, list(stack.processes.values()))
+        wait_for_workers(stack)
+        yield stack
+    finally:
+        stop_all(list(stack.processes.values()))
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+            )
+        forget_queue(env["CELERY_BROKER_URL"], env["PATHFINDER_TASK_QUEUE"])
+
+
+def forget_queue(broker: str, queue: str) -> None:
+    """Delete the Redis keys kombu keeps for the stack's queue (the name is unique to the run)."""
+    client = redis.Redis.from_url(broker)
+    try:
+        keys = list(client.scan_iter(match=f"*{queue}*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On a failure, attach the tail of every stack process's log to the test's report."""
+    report = yield
+    stack = getattr(item, "funcargs", {}).get("postgres_stack")
+    if report.failed and isinstance(stack, Stack):
+        for process in stack.processes.values():
+            report.sections.append((f"{process.name} log ({process.log_path})", process.tail()))
+    return report

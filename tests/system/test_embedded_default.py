@@ -1,0 +1,94 @@
+"""The embedded default: no DATABASE_URL, no broker; `manage.py serve` on SQLite and kombu's
+filesystem transport, everything under PATHFINDER_VAR_DIR."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import closing
+
+import pytest
+
+from .helpers import (
+    REPO_ROOT,
+    Stack,
+    describe,
+    free_port,
+    last_line,
+    manage,
+    start_process,
+    submit,
+    wait_for,
+    wait_until_healthy,
+)
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
+
+UNSET = ("DATABASE_URL", "CELERY_BROKER_URL", "PATHFINDER_TASK_QUEUE", "PATHFINDER_QUEUE_DIR")
+
+
+def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tmp_path):
+    var_dir = tmp_path / "var"
+    var_dir.mkdir()
+    # `serve` runs from a folder of its own, so anything it writes relative to its working
+    # directory shows up there (and not in the repository).
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    env = {name: value for name, value in os.environ.items() if name not in UNSET}
+    env |= {
+        "PATHFINDER_VAR_DIR": str(var_dir),
+        "PATHFINDER_LOG_LEVEL": "WARNING",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
+    }
+
+    migrated = manage(env, "migrate", "--noinput")
+    assert migrated.returncode == 0, describe(migrated)
+    api_key = last_line(manage(env, "create_api_key", "--matter", "embedded", "k"))
+    port = free_port()
+    serve = start_process(
+        "serve",
+        [sys.executable, str(REPO_ROOT / "manage.py"), "serve", "--bind", f"127.0.0.1:{port}"],
+        env,
+        tmp_path,
+        cwd=workdir,
+    )
+    try:
+        stack = Stack(base_url=f"http://127.0.0.1:{port}", api_key=api_key, env=env)
+        wait_until_healthy(stack.base_url, [serve])
+
+        response = submit(stack, {"prompt_token_ids": [1, 2, 3], "max_tokens": 16})
+        assert response.status_code == 202, f"{response.text}\n{serve.tail()}"
+        job = wait_for(stack, response.json()["id"])
+        assert job["status"] == "succeeded", f"{job}\n{serve.tail()}"
+        assert len(job["output_token_ids"]) >= 1
+
+        checked = manage(env, "verify_chain", "--all")
+        assert checked.returncode == 0, describe(checked)
+
+        # The SQLite triggers keep audit rows append-only, even for a direct connection.
+        with closing(sqlite3.connect(var_dir / "pathfinder.sqlite3", timeout=30)) as db:
+            for statement in (
+                "UPDATE audit_decisionrecord SET payload = 'x'",
+                "DELETE FROM audit_decisionrecord",
+            ):
+                with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+                    db.execute(statement)
+            assert db.execute("SELECT COUNT(*) FROM audit_decisionrecord").fetchone()[0] >= 1
+
+        stopped_at = time.monotonic()
+        serve.popen.send_signal(signal.SIGTERM)
+        try:
+            code = serve.popen.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"serve did not exit within 20 s of SIGTERM\n{serve.tail()}")
+        assert code == 0, f"serve exited {code} after SIGTERM\n{serve.tail()}"
+        assert time.monotonic() - stopped_at < 20
+    finally:
+        serve.stop()
+
+    # Queue state belongs under PATHFINDER_VAR_DIR, not wherever the command was started.
+    assert sorted(p.name for p in workdir.iterdir()) == [], "serve wrote to its working directory"
