@@ -36,6 +36,12 @@ class Provider(ABC):
     identity: ModelIdentity
     vocab_size: int
 
+    def prefill(self, context: Sequence[int]) -> None:  # noqa: B027 (optional hook)
+        """Process a prompt ahead of decoding (fills a KV cache); stateless providers skip it.
+
+        Called once per generation so prompt processing is timed apart from decoding.
+        """
+
     @abstractmethod
     def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
         """(num_positions, vocab_size) next-token logits for the trailing prefixes of context.

@@ -1,0 +1,32 @@
+"""The tokenizer contract: text in, text out; token ids stay the unit of every decision."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+
+class Tokenizer(ABC):
+    """A model's tokenizer. The target's tokenizer is the pair's: the draft must share it."""
+
+    vocab_size: int
+    bos_token_id: int | None
+    eos_token_id: int | None
+    chat_template: str | None  # Jinja2 source, as shipped with the model (None: no chat)
+
+    @abstractmethod
+    def encode(self, text: str, *, add_special: bool = True) -> list[int]:
+        """Token ids of text; add_special adds the model's BOS where it expects one."""
+
+    @abstractmethod
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """The text of a token sequence, special tokens omitted."""
+
+    @abstractmethod
+    def piece(self, token_id: int) -> str:
+        """The text one token contributes, for reviewers (a partial UTF-8 character shows as
+        U+FFFD; the token id remains the record's truth)."""
+
+    def token_text(self, token_id: int) -> str:
+        """The token's own spelling, special tokens included (for display)."""
+        return self.piece(token_id)
