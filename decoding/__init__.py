@@ -1,0 +1,1 @@
+"""Speculative decoding: the engine, generation jobs, their API and workers."""
