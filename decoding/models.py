@@ -47,6 +47,61 @@ class ApiKey(models.Model):
         return hashlib.sha256(raw_key.encode("utf-8")).hexdigest()
 
 
+class ModelSpec(models.Model):
+    """A (draft, target) configuration that jobs name. Managed in the admin; validated when saved,
+    so a pair that cannot work (different vocabularies) is refused then, never mid-request."""
+
+    class Provider(models.TextChoices):
+        LLAMACPP = "llamacpp", "llama.cpp (GGUF)"
+        TRANSFORMERS = "transformers", "Hugging Face transformers"
+        STUB = "stub", "deterministic stub (tests and demos)"
+
+    class Drafter(models.TextChoices):
+        PROMPT_LOOKUP = "prompt_lookup", "prompt lookup (n-gram match in the context)"
+        DRAFT_MODEL = "draft_model", "draft model sharing the target's tokenizer"
+
+    class Schedule(models.TextChoices):
+        ADAPTIVE = "adaptive", "adaptive (measured verify cost)"
+        FIXED = "fixed", "fixed (the request's draft_length)"
+
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    provider = models.CharField(max_length=20, choices=Provider.choices)
+    path = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="GGUF file or model directory; blank: the bundled model",
+    )
+    revision = models.CharField(max_length=200, blank=True)
+    provider_settings = models.JSONField(default=dict, blank=True)
+    drafter = models.CharField(max_length=20, choices=Drafter.choices)
+    drafter_settings = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='prompt_lookup: {"min_ngram": 1, "max_ngram": 3}; draft_model: '
+        '{"provider": "llamacpp", "path": "", "revision": ""}',
+    )
+    draft_schedule = models.CharField(
+        max_length=20, choices=Schedule.choices, default=Schedule.ADAPTIVE
+    )
+    default_params = models.JSONField(
+        default=dict, blank=True, help_text="defaults for request fields the caller leaves out"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "model spec"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self):
+        from decoding.model_specs import model_spec_check
+
+        model_spec_check(self)
+
+
 class GenerationJob(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -60,12 +115,17 @@ class GenerationJob(models.Model):
         ApiKey, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
     )
     request_id = models.CharField(max_length=128, null=True, blank=True)
+    model_spec = models.ForeignKey(ModelSpec, on_delete=models.PROTECT, related_name="jobs")
     status = models.CharField(
         max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True
     )
     error = models.TextField(blank=True)
 
+    # What the caller sent (text, chat messages or ids) and the ids it tokenised to.
+    prompt_text = models.TextField(blank=True)
+    messages = models.JSONField(null=True, blank=True)
     prompt_token_ids = models.JSONField()
+    stop = models.JSONField(default=list, blank=True)
     max_tokens = models.PositiveIntegerField()
     temperature = models.FloatField()
     top_k = models.PositiveIntegerField()
@@ -76,12 +136,19 @@ class GenerationJob(models.Model):
 
     # Written once, with the trail's seal, in the same transaction: only committed tokens.
     output_token_ids = models.JSONField(default=list, blank=True)
+    output_text = models.TextField(blank=True)
     stop_reason = models.CharField(max_length=16, blank=True)
     steps = models.PositiveIntegerField(default=0)
     drafted = models.PositiveIntegerField(default=0)
     accepted = models.PositiveIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     trail_id = models.UUIDField(null=True, blank=True)
+
+    # Milliseconds. Speculation speeds up decoding only, so prefill is reported apart.
+    load_ms = models.FloatField(null=True, blank=True)
+    prefill_ms = models.FloatField(null=True, blank=True)
+    decode_ms = models.FloatField(null=True, blank=True)
+    audit_ms = models.FloatField(null=True, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -107,6 +174,12 @@ class GenerationJob(models.Model):
     @property
     def mean_accepted_length(self) -> float:
         return self.accepted / self.steps if self.steps else 0.0
+
+    @property
+    def queue_ms(self) -> float | None:
+        if self.started_at is None:
+            return None
+        return round((self.started_at - self.created_at).total_seconds() * 1000, 1)
 
     @property
     def latency_ms(self) -> int | None:

@@ -6,6 +6,7 @@ import logging
 import secrets
 import uuid
 
+from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -20,8 +21,10 @@ from decoding.engine import (
     GenerationResult,
     SpeculativeDecoder,
 )
-from decoding.models import ApiKey, GenerationJob, Matter
+from decoding.models import ApiKey, GenerationJob, Matter, ModelSpec
+from decoding.prompts import Prompt
 from decoding.sinks import TrailSink
+from decoding.text import StopStrings, output_text
 
 logger = logging.getLogger(__name__)
 
@@ -51,30 +54,67 @@ def api_key_create(*, matter_name: str, name: str) -> tuple[ApiKey, str]:
     return key, raw_key
 
 
+def job_params(spec: ModelSpec, given: dict) -> dict:
+    """The request's decoding parameters: what it gave, else the spec's defaults, else ours."""
+    params = {
+        "max_tokens": 16,
+        "temperature": 1.0,
+        "top_k": 0,
+        "top_p": 1.0,
+        "draft_length": settings.PATHFINDER_DEFAULT_DRAFT_LENGTH,
+        "eos_token_id": _default_eos(spec),
+        **{k: v for k, v in (spec.default_params or {}).items() if k in JOB_PARAM_FIELDS},
+        **given,
+    }
+    if params.get("seed") is None:
+        # Every job has a seed, so every job can be replayed.
+        params["seed"] = secrets.randbelow(2**53)
+    params["max_tokens"] = min(params["max_tokens"], settings.PATHFINDER_MAX_OUTPUT_TOKENS)
+    params["draft_length"] = min(params["draft_length"], settings.PATHFINDER_MAX_DRAFT_LENGTH)
+    return params
+
+
+def _default_eos(spec: ModelSpec) -> int | None:
+    tokenizer = runtime.tokenizer_for(spec)
+    return tokenizer.eos_token_id if tokenizer is not None else None
+
+
 def job_submit(
-    *, api_key: ApiKey, prompt_token_ids: list[int], request_id: str | None = None, **params
+    *,
+    matter: Matter,
+    api_key: ApiKey | None,
+    spec: ModelSpec,
+    prompt: Prompt,
+    messages: list[dict] | None = None,
+    stop: list[str] | None = None,
+    request_id: str | None = None,
+    enqueue: bool = True,
+    **given,
 ) -> tuple[GenerationJob, bool]:
     """Store a job and queue it once the row is committed. Returns (job, created).
 
     A request_id already used under the same key returns the existing job instead of a new one.
+    With enqueue=False the caller runs the job itself (the `generate` command).
     """
     if request_id is not None:
         existing = GenerationJob.objects.filter(api_key=api_key, request_id=request_id).first()
         if existing is not None:
             return existing, False
-    if params.get("seed") is None:
-        # Every job has a seed, so every job can be replayed.
-        params["seed"] = secrets.randbelow(2**53)
     try:
         with transaction.atomic():
             job = GenerationJob.objects.create(
-                matter=api_key.matter,
+                matter=matter,
                 api_key=api_key,
                 request_id=request_id,
-                prompt_token_ids=prompt_token_ids,
-                **params,
+                model_spec=spec,
+                prompt_text=prompt.text,
+                messages=messages,
+                prompt_token_ids=prompt.token_ids,
+                stop=stop or [],
+                **job_params(spec, given),
             )
-            transaction.on_commit(lambda: _enqueue(job.id))
+            if enqueue:
+                transaction.on_commit(lambda: _enqueue(job.id))
     except IntegrityError:
         # A concurrent request with the same request_id may have won the race.
         winner = GenerationJob.objects.filter(api_key=api_key, request_id=request_id).first()
@@ -109,14 +149,23 @@ def job_run(*, job_id: uuid.UUID) -> None:
     if not claimed:
         logger.info("job already claimed or finished", extra={"job_id": str(job_id)})
         return
-    job = GenerationJob.objects.get(pk=job_id)
+    job = GenerationJob.objects.select_related("model_spec").get(pk=job_id)
     trail = trail_open(job_id=job.id, attempt=job.attempts)
     GenerationJob.objects.filter(pk=job.id).update(trail_id=trail.id)
-
-    drafter, target = runtime.model_pair()
-    decoder = SpeculativeDecoder(drafter=drafter, target=target, sink=TrailSink(trail.id))
     try:
-        result = decoder.generate(_request_for(job))
+        models, load_ms = runtime.models_for(job.model_spec)
+        GenerationJob.objects.filter(pk=job.id).update(load_ms=round(load_ms, 1))
+        decoder = SpeculativeDecoder(
+            drafter=models.drafter,
+            target=models.target,
+            sink=TrailSink(trail.id),
+            tokenizer=models.tokenizer,
+        )
+        schedule = models.schedule(
+            job.draft_length, adaptive=job.model_spec.draft_schedule == ModelSpec.Schedule.ADAPTIVE
+        )
+        stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
+        result = decoder.generate(_request_for(job), schedule=schedule, stop=stop)
     except AuditUnavailable as exc:
         cause = exc.__cause__ or exc
         _fail(job, trail, f"audit store unavailable, no output released: {cause}")
@@ -125,7 +174,7 @@ def job_run(*, job_id: uuid.UUID) -> None:
         logger.exception("generation failed", extra={"job_id": str(job.id)})
         _fail(job, trail, f"generation failed: {exc}")
         return
-    _succeed(job, trail, result)
+    _succeed(job, trail, result, output_text(models.tokenizer, result.output_token_ids, job.stop))
 
 
 def _request_for(job: GenerationJob) -> GenerationRequest:
@@ -135,17 +184,21 @@ def _request_for(job: GenerationJob) -> GenerationRequest:
     )
 
 
-def _succeed(job: GenerationJob, trail: Trail, result: GenerationResult) -> None:
+def _succeed(job: GenerationJob, trail: Trail, result: GenerationResult, text: str) -> None:
     # The output appears in the same transaction that seals the trail whose records justify it.
     with transaction.atomic():
         trail_seal(trail_id=trail.id, outcome=Trail.Outcome.SUCCEEDED)
         GenerationJob.objects.filter(pk=job.id).update(
             status=GenerationJob.Status.SUCCEEDED,
             output_token_ids=list(result.output_token_ids),
+            output_text=text,
             stop_reason=result.stop_reason,
             steps=result.steps,
             drafted=result.drafted,
             accepted=result.accepted,
+            prefill_ms=round(result.prefill_ns / 1e6, 1),
+            decode_ms=round(result.decode_ns / 1e6, 1),
+            audit_ms=round(result.audit_ns / 1e6, 1),
             finished_at=timezone.now(),
         )
     logger.info(

@@ -96,7 +96,14 @@ PATHFINDER_MAX_OUTPUT_TOKENS = env_int("PATHFINDER_MAX_OUTPUT_TOKENS", 1024, min
 PATHFINDER_MAX_DRAFT_LENGTH = env_int("PATHFINDER_MAX_DRAFT_LENGTH", 16, minimum=0)
 PATHFINDER_DEFAULT_DRAFT_LENGTH = env_int("PATHFINDER_DEFAULT_DRAFT_LENGTH", 4, minimum=0)
 
-# --- Models (deterministic stub pair until real models land) -----------------------------------
+# --- Models -------------------------------------------------------------------------------------
+# The ModelSpec a request gets when it names none (specs are managed in the admin).
+PATHFINDER_DEFAULT_MODEL = env_str("PATHFINDER_DEFAULT_MODEL", "smollm2-135m-instruct")
+# llama.cpp threads spin while they wait: keep threads x busy processes <= cores (see README).
+PATHFINDER_LLAMA_THREADS = env_int("PATHFINDER_LLAMA_THREADS", 2, minimum=1)
+PATHFINDER_MODEL_CACHE_DIR = Path(
+    env_str("PATHFINDER_MODEL_CACHE_DIR", str(VAR_DIR / "model-cache"))
+)
 PATHFINDER_STUB_VOCAB_SIZE = env_int("PATHFINDER_STUB_VOCAB_SIZE", 32, minimum=2)
 PATHFINDER_STUB_DRAFT_NOISE = env_float("PATHFINDER_STUB_DRAFT_NOISE", 0.5)
 

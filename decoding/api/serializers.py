@@ -8,9 +8,12 @@ from django.urls import reverse
 from rest_framework import serializers
 
 from decoding import runtime
+from decoding.models import ModelSpec
+from decoding.prompts import PromptError, prompt_tokenize
 from decoding.selectors import trail_for_job
 
 MAX_SEED = 2**53 - 1  # seeds travel in canonical JSON, whose integers stop at 2**53 - 1
+MAX_STOP_STRINGS = 4
 
 
 class StrictFloatField(serializers.FloatField):
@@ -21,14 +24,40 @@ class StrictFloatField(serializers.FloatField):
         return value
 
 
+class ChatMessage(serializers.Serializer):
+    role = serializers.ChoiceField(choices=["system", "user", "assistant"])
+    content = serializers.CharField(allow_blank=True, trim_whitespace=False)
+
+
+class StopField(serializers.Field):
+    """A string or a list of up to four non-empty strings, as OpenAI accepts."""
+
+    def to_internal_value(self, data):
+        items = [data] if isinstance(data, str) else data
+        if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
+            raise serializers.ValidationError("Must be a non-empty string or a list of them.")
+        if len(items) > MAX_STOP_STRINGS:
+            raise serializers.ValidationError(f"At most {MAX_STOP_STRINGS} stop strings.")
+        return items
+
+    def to_representation(self, value):
+        return value
+
+
 class GenerationInput(serializers.Serializer):
+    """Shape checks only; defaults come from the model spec, then from the service."""
+
+    model = serializers.CharField(max_length=100, required=False)
+    prompt = serializers.CharField(required=False, allow_blank=False, trim_whitespace=False)
+    messages = ChatMessage(many=True, required=False, allow_empty=False)
     prompt_token_ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=0), allow_empty=False
+        child=serializers.IntegerField(min_value=0), allow_empty=False, required=False
     )
-    max_tokens = serializers.IntegerField(min_value=1, default=16)
-    temperature = StrictFloatField(min_value=0.0, max_value=2.0, default=1.0)
-    top_k = serializers.IntegerField(min_value=0, default=0)
-    top_p = StrictFloatField(min_value=0.0, max_value=1.0, default=1.0)
+    stop = StopField(required=False)
+    max_tokens = serializers.IntegerField(min_value=1, required=False)
+    temperature = StrictFloatField(min_value=0.0, max_value=2.0, required=False)
+    top_k = serializers.IntegerField(min_value=0, required=False)
+    top_p = StrictFloatField(min_value=0.0, max_value=1.0, required=False)
     seed = serializers.IntegerField(min_value=0, max_value=MAX_SEED, required=False)
     draft_length = serializers.IntegerField(min_value=0, required=False)
     eos_token_id = serializers.IntegerField(min_value=0, required=False, allow_null=True)
@@ -40,13 +69,6 @@ class GenerationInput(serializers.Serializer):
             if unknown:
                 raise serializers.ValidationError({unknown[0]: ["Unknown field."]})
         return super().to_internal_value(data)
-
-    def validate_prompt_token_ids(self, value):
-        limit = settings.PATHFINDER_MAX_PROMPT_TOKENS
-        if len(value) > limit:
-            raise serializers.ValidationError(f"At most {limit} tokens; got {len(value)}.")
-        _check_in_vocabulary(value)
-        return value
 
     def validate_max_tokens(self, value):
         limit = settings.PATHFINDER_MAX_OUTPUT_TOKENS
@@ -69,23 +91,29 @@ class GenerationInput(serializers.Serializer):
             )
         return value
 
-    def validate_eos_token_id(self, value):
-        if value is not None:
-            _check_in_vocabulary([value])
-        return value
-
     def validate(self, attrs):
-        attrs.setdefault("draft_length", settings.PATHFINDER_DEFAULT_DRAFT_LENGTH)
-        return attrs
-
-
-def _check_in_vocabulary(token_ids):
-    vocab_size = runtime.vocab_size()
-    for token_id in token_ids:
-        if token_id >= vocab_size:
-            raise serializers.ValidationError(
-                f"Token id {token_id} is outside the model's vocabulary (size {vocab_size})."
+        name = attrs.pop("model", None) or settings.PATHFINDER_DEFAULT_MODEL
+        spec = ModelSpec.objects.filter(name=name).first()
+        if spec is None:
+            raise serializers.ValidationError({"model": [f"No model named {name!r}."]})
+        messages = attrs.pop("messages", None)
+        if messages is not None:
+            messages = [dict(message) for message in messages]
+        try:
+            prompt = prompt_tokenize(
+                spec,
+                prompt=attrs.pop("prompt", None),
+                messages=messages,
+                prompt_token_ids=attrs.pop("prompt_token_ids", None),
             )
+        except PromptError as exc:
+            raise serializers.ValidationError({exc.field: [str(exc)]}) from exc
+        eos = attrs.get("eos_token_id")
+        if eos is not None and eos >= runtime.vocab_size(spec):
+            raise serializers.ValidationError(
+                {"eos_token_id": [f"Token id {eos} is outside the model's vocabulary."]}
+            )
+        return {**attrs, "spec": spec, "prompt": prompt, "messages": messages}
 
 
 class GenerationOutput(serializers.Serializer):
@@ -95,9 +123,11 @@ class GenerationOutput(serializers.Serializer):
             "id": str(job.id),
             "request_id": job.request_id,
             "matter": job.matter.name,
+            "model": job.model_spec.name,
             "status": job.status,
             "error": job.error or None,
             "prompt_token_ids": job.prompt_token_ids,
+            "stop": job.stop,
             "params": {
                 "max_tokens": job.max_tokens,
                 "temperature": job.temperature,
@@ -107,6 +137,7 @@ class GenerationOutput(serializers.Serializer):
                 "draft_length": job.draft_length,
                 "eos_token_id": job.eos_token_id,
             },
+            "output_text": job.output_text,
             "output_token_ids": job.output_token_ids,
             "stop_reason": job.stop_reason or None,
             "steps": job.steps,
@@ -115,6 +146,13 @@ class GenerationOutput(serializers.Serializer):
             "acceptance_rate": round(job.acceptance_rate, 6),
             "mean_accepted_length": round(job.mean_accepted_length, 6),
             "latency_ms": job.latency_ms,
+            "timings": {
+                "queue_ms": job.queue_ms,
+                "load_ms": job.load_ms,
+                "prefill_ms": job.prefill_ms,
+                "decode_ms": job.decode_ms,
+                "audit_ms": job.audit_ms,
+            },
             "created_at": job.created_at,
             "started_at": job.started_at,
             "finished_at": job.finished_at,

@@ -21,7 +21,9 @@ class GenerationListCreate(APIView):
     def post(self, request):
         data = GenerationInput(data=request.data)
         data.is_valid(raise_exception=True)
-        job, created = services.job_submit(api_key=request.auth, **data.validated_data)
+        job, created = services.job_submit(
+            matter=request.auth.matter, api_key=request.auth, **data.validated_data
+        )
         body = GenerationOutput(job).data
         location = reverse("generation-detail", args=[job.id])
         code = status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK

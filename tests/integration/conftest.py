@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 from rest_framework.test import APIClient
 
-from decoding.models import GenerationJob
+from decoding.models import GenerationJob, ModelSpec
+from decoding.prompts import Prompt
 from decoding.services import api_key_create, job_run, job_submit
 
 JOB_DEFAULTS = {
@@ -18,6 +19,13 @@ JOB_DEFAULTS = {
     "draft_length": 4,
     "eos_token_id": None,
 }
+
+
+@pytest.fixture(autouse=True)
+def stub_model_by_default(settings):
+    """Requests that name no model get the stub pair: these tests are about the service, and
+    tests/models covers the real weights."""
+    settings.PATHFINDER_DEFAULT_MODEL = "stub"
 
 
 @pytest.fixture
@@ -43,7 +51,11 @@ def run_job(owner):
 
     def run(prompt=(1, 2, 3), **overrides) -> GenerationJob:
         job, _ = job_submit(
-            api_key=owner.key, prompt_token_ids=list(prompt), **{**JOB_DEFAULTS, **overrides}
+            matter=owner.key.matter,
+            api_key=owner.key,
+            spec=ModelSpec.objects.get(name="stub"),
+            prompt=Prompt(list(prompt), ""),
+            **{**JOB_DEFAULTS, **overrides},
         )
         job_run(job_id=job.id)
         job.refresh_from_db()

@@ -88,7 +88,15 @@ def test_the_same_request_id_under_another_key_is_another_job(owner, outsider):
 
 
 BAD_BODIES = [
-    ({}, "prompt_token_ids"),
+    ({}, "prompt"),
+    ({"prompt_token_ids": [1], "prompt": "and text"}, "prompt_token_ids"),
+    ({"prompt_token_ids": [1], "model": "no-such-model"}, "model"),
+    ({"prompt": "hello"}, "prompt"),  # the stub pair takes token ids only
+    ({"prompt": ""}, "prompt"),
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages"),
+    ({"messages": []}, "messages"),
+    ({"prompt_token_ids": [1], "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"prompt_token_ids": [1], "stop": [""]}, "stop"),
     ({"prompt_token_ids": []}, "prompt_token_ids"),
     ({"prompt_token_ids": "1,2,3"}, "prompt_token_ids"),
     ({"prompt_token_ids": [1, -2]}, "prompt_token_ids"),

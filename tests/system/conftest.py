@@ -51,6 +51,7 @@ def postgres_stack(tmp_path_factory) -> Iterator[Stack]:
         # A queue of its own, so no other worker on this Redis takes the stack's jobs.
         "PATHFINDER_TASK_QUEUE": f"pathfinder-test-{suffix}",
         "PATHFINDER_LOG_LEVEL": "WARNING",
+        "PATHFINDER_DEFAULT_MODEL": "stub",
     }
     log_dir = tmp_path_factory.mktemp("system-stack")
     port = free_port()

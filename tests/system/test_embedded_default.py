@@ -42,6 +42,7 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
     env |= {
         "PATHFINDER_VAR_DIR": str(var_dir),
         "PATHFINDER_LOG_LEVEL": "WARNING",
+        "PATHFINDER_DEFAULT_MODEL": "stub",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
     }
 

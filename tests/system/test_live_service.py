@@ -146,6 +146,37 @@ def test_another_matters_key_sees_nothing(postgres_stack):
     assert get(stack, f"/api/v1/generations/{job_id}/trail").status_code == 200
 
 
+def test_text_in_text_out_on_the_real_default_model_with_token_texts_in_the_trail(
+    postgres_stack,
+):
+    stack = postgres_stack
+    body = {
+        "model": "smollm2-135m-instruct",
+        "messages": [{"role": "user", "content": "Name three primary colours."}],
+        "max_tokens": 24,
+        "temperature": 0,
+    }
+    response = submit(stack, body)
+    assert response.status_code == 202, response.text
+    job = wait_for(stack, response.json()["id"], timeout=120)
+    assert job["status"] == "succeeded", job
+    assert job["output_text"].strip(), job
+    assert job["model"] == "smollm2-135m-instruct"
+    timings = job["timings"]
+    assert timings["decode_ms"] > 0 and timings["prefill_ms"] > 0 and timings["audit_ms"] >= 0
+
+    records, _ = trail_records(stack, stack.url(job["trail"]["url"]), limit=100)
+    pieces = [piece for record in records for piece in record["decision"]["emitted_text"]]
+    assert job["output_text"].strip()[:10] in "".join(pieces)
+    for record in records:
+        decision = record["decision"]
+        assert decision["target"]["runtime"] == "llama.cpp"
+        assert len(decision["target"]["sha256"]) == 64
+        assert all("text" in drafted for drafted in decision["drafted"])
+    code, report = verify_json(stack, "--job", job["id"])
+    assert (code, report["ok"]) == (0, True), report
+
+
 def test_a_broker_outage_is_a_503_and_the_job_is_failed_not_lost(postgres_stack, tmp_path):
     stack = postgres_stack
     # A second web server on the same database whose broker address has nothing listening.

@@ -1,0 +1,95 @@
+"""manage.py generate: one audited generation from the command line, run in this process."""
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from decoding.models import GenerationJob, Matter, ModelSpec
+from decoding.prompts import PromptError, prompt_tokenize
+from decoding.services import job_run, job_submit
+
+
+class Command(BaseCommand):
+    help = "Generate text for a prompt with the audit trail on; print text, stats and the trail."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--prompt", required=True)
+        parser.add_argument("--chat", action="store_true", help="send the prompt as a user message")
+        parser.add_argument("--model", help="model spec name (default: PATHFINDER_DEFAULT_MODEL)")
+        parser.add_argument("--matter", default="command-line")
+        parser.add_argument("--max-tokens", type=int)
+        parser.add_argument("--temperature", type=float)
+        parser.add_argument("--seed", type=int)
+        parser.add_argument("--draft-length", type=int)
+        parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    def handle(self, *args, **options):
+        from django.conf import settings
+
+        name = options["model"] or settings.PATHFINDER_DEFAULT_MODEL
+        spec = ModelSpec.objects.filter(name=name).first()
+        if spec is None:
+            raise CommandError(f"no model spec named {name!r}")
+        try:
+            if options["chat"]:
+                messages = [{"role": "user", "content": options["prompt"]}]
+                prompt = prompt_tokenize(spec, messages=messages)
+            else:
+                messages = None
+                prompt = prompt_tokenize(spec, prompt=options["prompt"])
+        except PromptError as exc:
+            raise CommandError(f"{exc.field}: {exc}") from exc
+        given = {
+            field: options[option]
+            for field, option in (
+                ("max_tokens", "max_tokens"),
+                ("temperature", "temperature"),
+                ("seed", "seed"),
+                ("draft_length", "draft_length"),
+            )
+            if options[option] is not None
+        }
+        matter, _ = Matter.objects.get_or_create(name=options["matter"])
+        job, _ = job_submit(
+            matter=matter,
+            api_key=None,
+            spec=spec,
+            prompt=prompt,
+            messages=messages,
+            enqueue=False,
+            **given,
+        )
+        job_run(job_id=job.id)
+        job.refresh_from_db()
+        self._print(job, as_json=options["json"])
+        if job.status != GenerationJob.Status.SUCCEEDED:
+            raise CommandError(f"job {job.id} failed: {job.error}")
+
+    def _print(self, job: GenerationJob, *, as_json: bool) -> None:
+        summary = {
+            "job": str(job.id),
+            "trail": str(job.trail_id),
+            "model": job.model_spec.name,
+            "status": job.status,
+            "output_text": job.output_text,
+            "tokens": len(job.output_token_ids),
+            "drafted": job.drafted,
+            "accepted": job.accepted,
+            "acceptance_rate": round(job.acceptance_rate, 4),
+            "mean_accepted_length": round(job.mean_accepted_length, 3),
+            "prefill_ms": job.prefill_ms,
+            "decode_ms": job.decode_ms,
+            "audit_ms": job.audit_ms,
+        }
+        if as_json:
+            self.stdout.write(json.dumps(summary, indent=2))
+            return
+        self.stdout.write(job.output_text)
+        self.stdout.write("")
+        self.stdout.write(
+            f"{summary['tokens']} tokens, {job.accepted}/{job.drafted} drafted accepted "
+            f"(rate {summary['acceptance_rate']}, mean accepted length "
+            f"{summary['mean_accepted_length']}); decode {job.decode_ms} ms, "
+            f"prefill {job.prefill_ms} ms, audit {job.audit_ms} ms"
+        )
+        self.stdout.write(f"job {job.id}  trail {job.trail_id}")
