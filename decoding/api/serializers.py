@@ -116,6 +116,13 @@ class GenerationInput(serializers.Serializer):
         return {**attrs, "spec": spec, "prompt": prompt, "messages": messages}
 
 
+def _at_most(value: int, limit: int) -> int:
+    # Limits come from settings at request time, so they cannot be field arguments.
+    if value > limit:
+        raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.")
+    return value
+
+
 class GenerationOutput(serializers.Serializer):
     def to_representation(self, job):
         trail = trail_for_job(job)

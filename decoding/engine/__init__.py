@@ -5,27 +5,35 @@ kept, and every step is recorded through an audit sink before its tokens are rel
 """
 
 from .decoder import AuditSink, AuditUnavailable, GenerationResult, SpeculativeDecoder
-from .drafters import Draft, Drafter, DraftModelDrafter
+from .drafters import Draft, Drafter, DraftModelDrafter, PromptLookupDrafter
 from .params import GenerationParams, GenerationRequest
 from .providers import ModelIdentity, Provider, StubProvider
 from .records import StepRecord
 from .rng import uniform
+from .schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule, measure_verify_cost
+from .tokenizer import Tokenizer
 from .version import ENGINE_VERSION
 
 __all__ = [
     "ENGINE_VERSION",
+    "AdaptiveSchedule",
     "AuditSink",
     "AuditUnavailable",
     "Draft",
     "DraftModelDrafter",
+    "DraftSchedule",
     "Drafter",
+    "FixedSchedule",
     "GenerationParams",
     "GenerationRequest",
     "GenerationResult",
     "ModelIdentity",
+    "PromptLookupDrafter",
     "Provider",
     "SpeculativeDecoder",
     "StepRecord",
     "StubProvider",
+    "Tokenizer",
+    "measure_verify_cost",
     "uniform",
 ]

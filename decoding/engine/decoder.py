@@ -7,7 +7,7 @@ audit sink has committed the step's record; if it cannot, nothing of the step is
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -15,7 +15,9 @@ from .drafters.base import Drafter
 from .params import GenerationParams, GenerationRequest
 from .providers.base import Provider
 from .records import StepRecord
-from .rules import verify_greedy, verify_sampling
+from .rules import Verdict, verify_greedy, verify_sampling
+from .schedule import DraftSchedule, FixedSchedule
+from .tokenizer import Tokenizer
 
 
 class AuditSink(Protocol):
@@ -34,8 +36,11 @@ class GenerationResult:
     steps: int
     drafted: int
     accepted: int
-    stop_reason: str  # "eos" | "max_tokens"
+    stop_reason: str  # "eos" | "max_tokens" | "stop"
     records_written: int
+    prefill_ns: int  # drafter and target taking in the prompt
+    decode_ns: int  # from the first step's start to the last step's commit
+    audit_ns: int  # inside sink.record, summed over the steps (part of decode_ns)
 
     @property
     def acceptance_rate(self) -> float:
@@ -52,16 +57,30 @@ def _until_eos(tokens: list[int], eos_token_id: int | None) -> tuple[int, ...]:
     return tuple(tokens)
 
 
-def _stop_reason(emitted: tuple[int, ...], produced: int, params: GenerationParams) -> str | None:
+def _stop_reason(
+    output: list[int],
+    emitted: tuple[int, ...],
+    params: GenerationParams,
+    stop: Callable[[Sequence[int]], bool] | None,
+) -> str | None:
     if params.eos_token_id in emitted:
         return "eos"
-    if produced >= params.max_tokens:
+    if stop is not None and stop((*output, *emitted)):
+        return "stop"
+    if len(output) + len(emitted) >= params.max_tokens:
         return "max_tokens"
     return None
 
 
 class SpeculativeDecoder:
-    def __init__(self, drafter: Drafter, target: Provider, sink: AuditSink) -> None:
+    def __init__(
+        self,
+        drafter: Drafter,
+        target: Provider,
+        sink: AuditSink,
+        *,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
         # Refused here, at configuration time, rather than mid-request: token ids of different
         # vocabularies do not name the same tokens, so q and p could not be compared.
         if drafter.vocab_size != target.vocab_size:
@@ -72,43 +91,69 @@ class SpeculativeDecoder:
         self._drafter = drafter
         self._target = target
         self._sink = sink
+        self._tokenizer = tokenizer
 
     def generate(
         self,
         request: GenerationRequest,
         *,
         on_step: Callable[[StepRecord], None] | None = None,
+        schedule: DraftSchedule | None = None,
+        stop: Callable[[Sequence[int]], bool] | None = None,
     ) -> GenerationResult:
+        """Decode one request, committing each step's record before releasing its tokens.
+
+        schedule chooses each step's draft length, at most params.draft_length (default: always
+        params.draft_length); it holds one request's state. stop is asked, once a step's tokens
+        are decided and before its record is written, whether the output so far (those tokens
+        included) should end generation; the record then says "stop". on_step receives each
+        committed record, whose emitted tokens may then be released.
+        """
         params = request.params
         vocab = self._target.vocab_size
         if max(request.prompt_token_ids) >= vocab:
             raise ValueError(f"prompt_token_ids must be below the vocabulary size {vocab}")
         if params.eos_token_id is not None and params.eos_token_id >= vocab:
             raise ValueError(f"eos_token_id must be below the vocabulary size {vocab}")
+        if schedule is None:
+            schedule = FixedSchedule(params.draft_length)
+
+        prompt = list(request.prompt_token_ids)
+        prefill_started = time.perf_counter_ns()
+        self._drafter.prefill(prompt)
+        self._target.prefill(prompt)
+        decode_started = time.perf_counter_ns()
 
         output: list[int] = []
-        drafted = accepted = step = 0
-        stop = None
-        while stop is None:
-            context = [*request.prompt_token_ids, *output]
+        drafted = accepted = step = audit_ns = 0
+        stop_reason = None
+        while stop_reason is None:
+            context = [*prompt, *output]
+            wanted = schedule.next_length(params.draft_length)
+            if not 0 <= wanted <= params.draft_length:
+                raise ValueError(
+                    f"the draft schedule asked for {wanted} tokens, outside "
+                    f"0..{params.draft_length}"
+                )
             # Leave room for the token the target always adds (correction or bonus).
-            k = min(params.draft_length, params.max_tokens - len(output) - 1)
+            k = min(wanted, params.max_tokens - len(output) - 1)
             started = time.perf_counter_ns()
             draft = self._drafter.propose(context, k, params, seed=params.seed, step=step)
             drafted_at = time.perf_counter_ns()
             if len(draft.tokens) > k:
                 raise ValueError(f"drafter proposed {len(draft.tokens)} tokens, at most {k} asked")
-            k = len(draft.tokens)
-            p = self._target.next_distributions([*context, *draft.tokens.tolist()], k + 1, params)
+            proposed = draft.tokens.tolist()
+            k = len(proposed)
+            p = self._target.next_distributions([*context, *proposed], k + 1, params)
             if params.is_greedy:
                 verdict = verify_greedy(draft, p)
             else:
                 verdict = verify_sampling(draft, p, seed=params.seed, step=step)
             verified_at = time.perf_counter_ns()
 
-            kept = [*draft.tokens[: verdict.accepted_count].tolist(), verdict.correction_token]
+            kept = [*proposed[: verdict.accepted_count], verdict.correction_token]
             emitted = _until_eos(kept, params.eos_token_id)
-            stop = _stop_reason(emitted, len(output) + len(emitted), params)
+            stop_reason = _stop_reason(output, emitted, params, stop)
             record = StepRecord(
                 request_id=request.request_id,
                 step=step,
@@ -118,15 +163,20 @@ class SpeculativeDecoder:
                 context_length=len(context),
                 verdict=verdict,
                 emitted=emitted,
-                stop=stop,
+                stop=stop_reason,
                 draft_ns=drafted_at - started,
                 verify_ns=verified_at - drafted_at,
+                **self._texts(proposed, verdict, emitted),
             )
+            committing = time.perf_counter_ns()
             self._commit(record)
+            committed = time.perf_counter_ns()
+            audit_ns += committed - committing
             output.extend(emitted)
             drafted += k
             accepted += verdict.accepted_count
             step += 1
+            schedule.observe(k, verdict.accepted_count)
             if on_step is not None:
                 on_step(record)
 
@@ -136,9 +186,27 @@ class SpeculativeDecoder:
             steps=step,
             drafted=drafted,
             accepted=accepted,
-            stop_reason=stop,
+            stop_reason=stop_reason,
             records_written=step,
+            prefill_ns=decode_started - prefill_started,
+            decode_ns=committed - decode_started,
+            audit_ns=audit_ns,
         )
+
+    def _texts(self, draft: list[int], verdict: Verdict, emitted: tuple[int, ...]) -> dict:
+        """Each token's text for the record, when there is a tokenizer to spell it."""
+        if self._tokenizer is None:
+            return {}
+        piece = self._tokenizer.piece
+        drafted_text = tuple(piece(token) for token in draft)
+        correction_text = piece(verdict.correction_token)
+        # emitted is the accepted prefix, then the correction, cut after end-of-sequence.
+        kept_text = (*drafted_text[: verdict.accepted_count], correction_text)
+        return {
+            "drafted_text": drafted_text,
+            "correction_text": correction_text,
+            "emitted_text": kept_text[: len(emitted)],
+        }
 
     def _commit(self, record: StepRecord) -> None:
         try:

@@ -31,6 +31,9 @@ class StepRecord:
 
     payload() holds only str, int, bool, None, list and dict: probabilities travel as the
     shortest decimal strings that read back as the same binary64, never as floats.
+
+    With a tokenizer the decoder also gives each token's text (Tokenizer.piece), for reviewers;
+    the token ids remain the record's truth. Without one the payload has no text keys.
     """
 
     request_id: str
@@ -41,9 +44,12 @@ class StepRecord:
     context_length: int  # tokens (prompt + output) before this step
     verdict: Verdict
     emitted: tuple[int, ...]
-    stop: str | None  # None | "eos" | "max_tokens"
+    stop: str | None  # None | "eos" | "max_tokens" | "stop" (the caller's stop condition)
     draft_ns: int
     verify_ns: int
+    drafted_text: tuple[str, ...] | None = None  # parallel to verdict.tokens
+    correction_text: str | None = None
+    emitted_text: tuple[str, ...] | None = None  # parallel to emitted
 
     @property
     def drafted_count(self) -> int:
@@ -55,7 +61,7 @@ class StepRecord:
 
     def payload(self) -> dict[str, Any]:
         verdict, params = self.verdict, self.params
-        return {
+        payload = {
             "v": PAYLOAD_VERSION,
             "request_id": self.request_id,
             "step": self.step,
@@ -86,11 +92,16 @@ class StepRecord:
             "rationale": self.rationale(),
             "timings_us": {"draft": self.draft_ns // 1000, "verify": self.verify_ns // 1000},
         }
+        if self.correction_text is not None:
+            payload["correction"]["text"] = self.correction_text
+        if self.emitted_text is not None:
+            payload["emitted_text"] = list(self.emitted_text)
+        return payload
 
     def _drafted(self, i: int) -> dict[str, Any]:
         verdict = self.verdict
         tested = i < verdict.tested
-        return {
+        drafted = {
             "token": int(verdict.tokens[i]),
             "q": decimal(verdict.q[i]),
             "p": decimal(verdict.p[i]),
@@ -98,6 +109,9 @@ class StepRecord:
             "u": decimal(verdict.u[i]) if verdict.u is not None and tested else None,
             "accepted": i < verdict.accepted_count,
         }
+        if self.drafted_text is not None:
+            drafted["text"] = self.drafted_text[i]
+        return drafted
 
     def rationale(self) -> str:
         """One plain-English sentence a reviewer can read without the rest of the record."""
@@ -124,6 +138,8 @@ class StepRecord:
             if len(self.emitted) < n + 1:
                 clause += f", so only {len(self.emitted)} of the {n + 1} tokens were emitted"
             clauses.append(clause)
+        elif self.stop == "stop":
+            clauses.append("generation stopped because the caller's stop condition was met")
         elif self.stop == "max_tokens":
             clauses.append(f"generation stopped at the {self.params.max_tokens}-token limit")
         return "; ".join(clauses) + "."

@@ -2,5 +2,6 @@
 
 from .base import Draft, Drafter
 from .draft_model import DraftModelDrafter
+from .prompt_lookup import PromptLookupDrafter
 
-__all__ = ["Draft", "Drafter", "DraftModelDrafter"]
+__all__ = ["Draft", "Drafter", "DraftModelDrafter", "PromptLookupDrafter"]

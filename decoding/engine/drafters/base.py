@@ -35,6 +35,12 @@ class Drafter(ABC):
     identity: ModelIdentity
     vocab_size: int
 
+    def prefill(self, context: Sequence[int]) -> None:  # noqa: B027 (optional hook)
+        """Take in the prompt before the first step (a draft model fills its KV cache).
+
+        Called once per generation, before the target's prefill, and timed with it.
+        """
+
     @abstractmethod
     def propose(
         self, context: Sequence[int], k: int, params: GenerationParams, *, seed: int, step: int

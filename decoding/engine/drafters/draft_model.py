@@ -21,6 +21,9 @@ class DraftModelDrafter(Drafter):
         self.identity = provider.identity
         self.vocab_size = provider.vocab_size
 
+    def prefill(self, context: Sequence[int]) -> None:
+        self._provider.prefill(context)
+
     def propose(
         self, context: Sequence[int], k: int, params: GenerationParams, *, seed: int, step: int
     ) -> Draft:

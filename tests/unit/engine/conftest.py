@@ -14,6 +14,7 @@ from decoding.engine import (
     SpeculativeDecoder,
     StepRecord,
     StubProvider,
+    Tokenizer,
 )
 
 
@@ -33,6 +34,39 @@ class TableProvider(Provider):
         first = len(context) - num_positions + 1
         lengths = range(first, first + num_positions)
         return np.stack([self._logits.get(n, np.zeros(self.vocab_size)) for n in lengths])
+
+
+class CountingProvider(StubProvider):
+    """A stub model that logs its calls: ("prefill", context) and ("logits", len, positions)."""
+
+    def __init__(self, calls: list, **stub):
+        super().__init__(**stub)
+        self.calls = calls
+
+    def prefill(self, context):
+        self.calls.append((self.identity.name, "prefill", tuple(context)))
+
+    def logits(self, context, num_positions):
+        self.calls.append((self.identity.name, "logits", len(context), num_positions))
+        return super().logits(context, num_positions)
+
+
+class FakeTokenizer(Tokenizer):
+    """Spells token t as "<t>", and t = 7 as a non-ASCII "é" (the payload keeps it verbatim)."""
+
+    vocab_size = 32
+    bos_token_id = None
+    eos_token_id = None
+    chat_template = None
+
+    def encode(self, text, *, add_special=True):
+        raise NotImplementedError
+
+    def decode(self, token_ids):
+        return "".join(self.piece(token) for token in token_ids)
+
+    def piece(self, token_id):
+        return "é" if token_id == 7 else f"<{token_id}>"
 
 
 class MemorySink:

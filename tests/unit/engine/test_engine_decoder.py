@@ -1,11 +1,15 @@
 """The speculative loop: hand-built cases through the decoder, stopping, budgets, failure."""
 
+import time
+
 import numpy as np
 import pytest
 
 from decoding.engine import (
+    AdaptiveSchedule,
     AuditUnavailable,
     DraftModelDrafter,
+    DraftSchedule,
     GenerationParams,
     GenerationRequest,
     SpeculativeDecoder,
@@ -13,6 +17,7 @@ from decoding.engine import (
     uniform,
 )
 from decoding.engine.sampling import sample
+from tests.unit.engine.conftest import CountingProvider, FakeTokenizer, TableProvider
 
 PROMPT = (0,)  # length one: the fake tables are keyed by prefix length 1, 2, 3...
 
@@ -23,9 +28,10 @@ def one_hot(token):
 
 @pytest.fixture
 def decode(table_decoder):
-    def run(draft_rows, target_rows, **params):
+    def run(draft_rows, target_rows, stop=None, **params):
         decoder = table_decoder(draft_rows, target_rows)
-        return decoder.generate(GenerationRequest("req", PROMPT, GenerationParams(**params)))
+        request = GenerationRequest("req", PROMPT, GenerationParams(**params))
+        return decoder.generate(request, stop=stop)
 
     return run
 
@@ -187,3 +193,142 @@ def test_it_refuses_a_drafter_whose_vocabulary_differs_from_the_target(target, s
 def test_it_refuses_prompt_tokens_outside_the_vocabulary(decoder):
     with pytest.raises(ValueError, match="prompt_token_ids"):
         decoder.generate(GenerationRequest("r", (1, 32), GenerationParams()))
+
+
+class ScriptedSchedule(DraftSchedule):
+    """Drafts the lengths it is given, in turn, and remembers what it was told."""
+
+    def __init__(self, lengths):
+        self.lengths = list(lengths)
+        self.asked = []
+        self.observed = []
+
+    def next_length(self, max_length):
+        self.asked.append(max_length)
+        return self.lengths[len(self.asked) - 1]
+
+    def observe(self, drafted, accepted):
+        self.observed.append((drafted, accepted))
+
+
+def test_each_record_drafts_the_length_the_schedule_chose_within_the_budget(decoder, sink):
+    schedule = ScriptedSchedule([3, 0, 4, 1, 4, 4])
+    params = GenerationParams(max_tokens=12, draft_length=4, seed=2)
+    result = decoder.generate(GenerationRequest("r", (1, 2), params), schedule=schedule)
+    produced, expected = 0, []
+    for record, length in zip(sink.records, schedule.lengths, strict=False):
+        expected.append(min(length, params.max_tokens - produced - 1))
+        produced += len(record.emitted)
+    assert [r.payload()["draft_length"] for r in sink.records] == expected
+    assert expected[:2] == [3, 0]
+    assert set(schedule.asked) == {4}  # the request's draft_length is the schedule's limit
+    assert schedule.observed == [(r.drafted_count, r.accepted_count) for r in sink.records]
+    assert len(result.output_token_ids) == 12
+
+
+def test_an_adaptive_schedule_lengthens_the_draft_while_every_token_is_accepted(target, sink):
+    decoder = SpeculativeDecoder(DraftModelDrafter(StubProvider(seed=0)), target, sink)
+    schedule = AdaptiveSchedule(8, {1: 8.0, 9: 34.0, 17: 63.0})
+    params = GenerationParams(max_tokens=80, draft_length=6)
+    decoder.generate(GenerationRequest("r", (1,), params), schedule=schedule)
+    lengths = [r.payload()["draft_length"] for r in sink.records][:-1]  # the last is clamped
+    assert lengths == sorted(lengths)  # every draft was accepted, so it never shrank
+    assert lengths[0] < 6 and lengths[-1] == max(lengths) == 6
+
+
+def test_a_schedule_asking_for_more_than_the_request_allows_is_refused(decoder):
+    with pytest.raises(ValueError, match="schedule"):
+        decoder.generate(
+            GenerationRequest("r", (1,), GenerationParams(draft_length=2)),
+            schedule=ScriptedSchedule([3]),
+        )
+
+
+def test_the_stop_condition_ends_generation_after_the_step_that_met_it(decoder, sink):
+    seen = []
+
+    def stop(tokens):
+        seen.append(tuple(tokens))
+        return len(tokens) >= 7
+
+    released = []
+    params = GenerationParams(max_tokens=40, draft_length=3, seed=4)
+    result = decoder.generate(
+        GenerationRequest("r", (1, 2), params), stop=stop, on_step=released.append
+    )
+    assert result.stop_reason == "stop"
+    assert 7 <= len(result.output_token_ids) < 7 + 4
+    assert [r.stop for r in sink.records] == [None] * (len(sink.records) - 1) + ["stop"]
+    assert released == sink.records
+    # It was asked once per step, with all output so far, the step's own tokens included.
+    outputs = [tuple(t for r in sink.records[: i + 1] for t in r.emitted) for i in range(len(seen))]
+    assert seen == outputs
+    payload = sink.records[-1].payload()
+    assert payload["stop"] == "stop"
+    assert "caller's stop condition" in payload["rationale"]
+
+
+def test_end_of_sequence_outranks_the_stop_condition_which_outranks_the_token_limit(decode):
+    rows = {1: one_hot(1), 2: one_hot(3), 3: one_hot(2)}
+
+    def always(tokens):
+        return True
+
+    eos = decode(rows, rows, max_tokens=8, draft_length=3, eos_token_id=3, stop=always)
+    assert eos.stop_reason == "eos"
+    # A stop string completed by the last allowed token is a stop, as OpenAI's API reports it.
+    assert decode(rows, rows, max_tokens=1, stop=always).stop_reason == "stop"
+    never = decode(rows, rows, max_tokens=2, stop=lambda tokens: False)
+    assert never.stop_reason == "max_tokens"
+
+
+class SlowSink:
+    SECONDS = 0.002
+
+    def __init__(self, sink):
+        self._sink = sink
+
+    def record(self, record):
+        time.sleep(self.SECONDS)
+        self._sink.record(record)
+
+
+def test_prefill_is_timed_apart_and_happens_once_per_provider_before_any_step(sink):
+    calls = []
+    draft = CountingProvider(calls, seed=0, noise_seed=1, noise=0.5, name="draft")
+    target = CountingProvider(calls, seed=0, name="target")
+    decoder = SpeculativeDecoder(DraftModelDrafter(draft), target, SlowSink(sink))
+    params = GenerationParams(max_tokens=20, seed=1)
+    result = decoder.generate(GenerationRequest("r", (3, 4, 5), params))
+    prefills = [call for call in calls if call[1] == "prefill"]
+    assert prefills == [("draft", "prefill", (3, 4, 5)), ("target", "prefill", (3, 4, 5))]
+    assert calls[:2] == prefills
+    assert result.prefill_ns >= 0
+    assert result.audit_ns >= result.steps * SlowSink.SECONDS * 1e9
+    assert result.decode_ns > result.audit_ns
+
+
+def test_with_a_tokenizer_each_token_in_the_record_carries_its_text(draft_model, target, sink):
+    decoder = SpeculativeDecoder(
+        DraftModelDrafter(draft_model), target, sink, tokenizer=FakeTokenizer()
+    )
+    decoder.generate(GenerationRequest("r", (1, 2), GenerationParams(max_tokens=30, seed=3)))
+    piece = FakeTokenizer().piece
+    for record in sink.records:
+        payload = record.payload()
+        assert all(d["text"] == piece(d["token"]) for d in payload["drafted"])
+        assert payload["correction"]["text"] == piece(payload["correction"]["token"])
+        assert payload["emitted_text"] == [piece(t) for t in payload["emitted"]]
+
+
+def test_the_text_of_tokens_cut_after_end_of_sequence_is_not_emitted_either(sink):
+    rows = {1: one_hot(1), 2: one_hot(3), 3: one_hot(2)}
+    drafter = DraftModelDrafter(TableProvider(rows, name="draft"))
+    decoder = SpeculativeDecoder(
+        drafter, TableProvider(rows, name="target"), sink, tokenizer=FakeTokenizer()
+    )
+    params = GenerationParams(max_tokens=8, draft_length=3, eos_token_id=3)
+    decoder.generate(GenerationRequest("r", PROMPT, params))
+    payload = sink.records[0].payload()
+    assert [d["text"] for d in payload["drafted"]] == ["<1>", "<3>", "<2>"]
+    assert payload["emitted_text"] == ["<1>", "<3>"]

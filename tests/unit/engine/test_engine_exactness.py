@@ -8,6 +8,7 @@ from decoding.engine import (
     DraftModelDrafter,
     GenerationParams,
     GenerationRequest,
+    PromptLookupDrafter,
     SpeculativeDecoder,
     StubProvider,
 )
@@ -28,6 +29,20 @@ def test_greedy_output_equals_target_argmax_decoding(decoder, target, prompt):
     result = decoder.generate(GenerationRequest("r", prompt, params))
     assert result.output_token_ids == target_greedy(target, prompt, 40)
     assert 0 < result.accepted < result.drafted  # the draft was sometimes right, sometimes not
+
+
+def test_greedy_output_with_prompt_lookup_equals_target_argmax_decoding(target, sink):
+    # The prompt holds the target's own continuation of its first four tokens and ends with
+    # them again (the stub is an order-4 Markov model), so lookups hit, then later miss.
+    start = (9, 4, 22, 17)
+    prompt = (*start, *target_greedy(target, start, 12), *start)
+    decoder = SpeculativeDecoder(PromptLookupDrafter(32), target, sink)
+    params = GenerationParams(max_tokens=50, temperature=0, draft_length=4)
+    result = decoder.generate(GenerationRequest("r", prompt, params))
+    assert result.output_token_ids == target_greedy(target, prompt, 50)
+    assert sink.records[0].accepted_count == 4
+    assert 0 < result.accepted < result.drafted
+    assert {record.payload()["draft"]["name"] for record in sink.records} == {"prompt-lookup"}
 
 
 @pytest.mark.parametrize(
@@ -60,9 +75,27 @@ def pool_small_cells(observed, expected, minimum=5.0):
     return observed, expected
 
 
-VOCAB, SEEDS, PROMPT = 5, 6000, (2, 4)
+VOCAB, SEEDS = 5, 6000
 
 
+def lookup_drafter():
+    return PromptLookupDrafter(VOCAB)
+
+
+def model_drafter():
+    draft = StubProvider(vocab_size=VOCAB, seed=0, noise_seed=1, noise=1.0, sharpness=1.0)
+    return DraftModelDrafter(draft)
+
+
+# Prompt lookup proposes from the prompt's repetition: at step 0 "2 4" recurs, so it drafts the
+# "1 2" that followed; later steps draft whatever the sampled text repeats, or nothing.
+DRAFTERS = {
+    "draft-model": (model_drafter, (2, 4)),
+    "prompt-lookup": (lookup_drafter, (2, 4, 1, 2, 4)),
+}
+
+
+@pytest.mark.parametrize("drafter", DRAFTERS)
 @pytest.mark.parametrize(
     ("params", "draft_length", "max_tokens"),
     [
@@ -74,26 +107,27 @@ VOCAB, SEEDS, PROMPT = 5, 6000, (2, 4)
     ids=["t1", "t0.7-k3", "t1.3-p0.8", "t1-bonus"],
 )
 def test_sampled_output_is_distributed_exactly_as_target_only_sampling(
-    sink, params, draft_length, max_tokens
+    sink, drafter, params, draft_length, max_tokens
 ):
+    make_drafter, prompt = DRAFTERS[drafter]
     target = StubProvider(vocab_size=VOCAB, seed=0, sharpness=1.0)
-    draft = StubProvider(vocab_size=VOCAB, seed=0, noise_seed=1, noise=1.0, sharpness=1.0)
-    decoder = SpeculativeDecoder(DraftModelDrafter(draft), target, sink)
+    decoder = SpeculativeDecoder(make_drafter(), target, sink)
 
     counts = np.zeros((VOCAB, VOCAB))
     for seed in range(SEEDS):
         run = GenerationParams(
             max_tokens=max_tokens, draft_length=draft_length, seed=seed, **params
         )
-        first, second = decoder.generate(GenerationRequest("r", PROMPT, run)).output_token_ids[:2]
+        first, second = decoder.generate(GenerationRequest("r", prompt, run)).output_token_ids[:2]
         counts[first, second] += 1
     assert any(record.accepted_count < record.drafted_count for record in sink.records)
+    assert any(0 < record.accepted_count == record.drafted_count for record in sink.records)
 
     # Exact target-only law of the first two tokens, with the same warping: p(t1) p(t2 | t1).
     warping = GenerationParams(**params)
-    p1 = target.next_distributions(PROMPT, 1, warping)[0]
+    p1 = target.next_distributions(prompt, 1, warping)[0]
     joint = np.stack(
-        [p1[t] * target.next_distributions((*PROMPT, t), 1, warping)[0] for t in range(VOCAB)]
+        [p1[t] * target.next_distributions((*prompt, t), 1, warping)[0] for t in range(VOCAB)]
     )
     expected = SEEDS * joint.ravel()
     observed = counts.ravel()

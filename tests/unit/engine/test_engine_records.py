@@ -4,7 +4,14 @@ import re
 
 import pytest
 
-from decoding.engine import GenerationParams, GenerationRequest
+from decoding.engine import (
+    DraftModelDrafter,
+    GenerationParams,
+    GenerationRequest,
+    PromptLookupDrafter,
+    SpeculativeDecoder,
+)
+from tests.unit.engine.conftest import FakeTokenizer
 
 KEYS = {
     "v",
@@ -119,3 +126,53 @@ def test_the_emitted_tokens_are_the_accepted_prefix_then_the_correction(payloads
         kept = [*accepted, payload["correction"]["token"]]
         assert payload["emitted"] == kept[: len(payload["emitted"])]
         assert payload["emitted"] == kept or payload["stop"] == "eos"
+
+
+@pytest.fixture
+def text_payloads(draft_model, target, sink):
+    """Sampling and greedy runs spelled by a tokenizer, one ending at end-of-sequence."""
+    decoder = SpeculativeDecoder(
+        DraftModelDrafter(draft_model), target, sink, tokenizer=FakeTokenizer()
+    )
+    for temperature in (1.0, 0.0):
+        params = GenerationParams(max_tokens=30, temperature=temperature, eos_token_id=7)
+        decoder.generate(GenerationRequest("req", (1, 2, 3), params))
+    return [record.payload() for record in sink.records]
+
+
+def test_with_a_tokenizer_the_payload_spells_every_token_it_names(text_payloads):
+    piece = FakeTokenizer().piece
+    assert any(payload["stop"] == "eos" for payload in text_payloads)
+    for payload in text_payloads:
+        assert set(payload) == KEYS | {"emitted_text"}
+        assert set(payload["correction"]) == {"token", "kind", "u", "p", "text"}
+        for drafted in payload["drafted"]:
+            assert set(drafted) == {"token", "q", "p", "ratio", "u", "accepted", "text"}
+            assert drafted["text"] == piece(drafted["token"])
+        assert payload["correction"]["text"] == piece(payload["correction"]["token"])
+        assert payload["emitted_text"] == [piece(token) for token in payload["emitted"]]
+
+
+def test_with_a_tokenizer_the_payload_still_holds_no_float(text_payloads):
+    for value in walk(text_payloads):
+        assert type(value) in (str, int, bool, type(None), list, dict), value
+
+
+def test_a_stop_by_the_callers_condition_is_recorded_and_explained(decoder, sink):
+    params = GenerationParams(max_tokens=30)
+    decoder.generate(GenerationRequest("r", (1, 2), params), stop=lambda tokens: len(tokens) > 3)
+    payload = sink.records[-1].payload()
+    assert payload["stop"] == "stop"
+    assert payload["rationale"].endswith(
+        "generation stopped because the caller's stop condition was met."
+    )
+
+
+def test_a_prompt_lookup_record_shows_one_hot_q_and_ratio_equal_to_p(target, sink):
+    decoder = SpeculativeDecoder(PromptLookupDrafter(32), target, sink)
+    params = GenerationParams(max_tokens=40, seed=1)
+    decoder.generate(GenerationRequest("r", (5, 6, 7, 5, 6, 7, 5, 6), params))
+    drafted = [d for record in sink.records for d in record.payload()["drafted"]]
+    assert drafted
+    for entry in drafted:
+        assert entry["q"] == "1.0" and entry["ratio"] == entry["p"]
