@@ -1,0 +1,190 @@
+"""How many tokens to draft at each step: a fixed length, or one chosen from the acceptance so far.
+
+A schedule holds the state of one request: give each generate() call its own instance. It only
+chooses how many tokens are drafted, never which ones or whether they are kept, so every schedule
+leaves the output distribution exact (ARCHITECTURE.md invariant 3). A replay should use the
+draft length each record states, not re-run the schedule: its cost curve is a wall-clock
+measurement.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .providers.base import Provider
+
+VerifyCost = Callable[[int], float] | Mapping[int, float]
+
+
+class DraftSchedule(ABC):
+    @abstractmethod
+    def next_length(self, max_length: int) -> int:
+        """Tokens to draft at the next step, in 0..max_length (the request's draft_length)."""
+
+    @abstractmethod
+    def observe(self, drafted: int, accepted: int) -> None:
+        """The outcome of a step: tokens the drafter proposed and how many the target kept."""
+
+
+class FixedSchedule(DraftSchedule):
+    """Always the same draft length (the request's draft_length when the caller names none)."""
+
+    def __init__(self, length: int) -> None:
+        if length < 0:
+            raise ValueError(f"length must be at least 0, got {length}")
+        self.length = length
+
+    def next_length(self, max_length: int) -> int:
+        return min(self.length, max_length)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        pass
+
+
+def interpolated(table: Mapping[int, float]) -> Callable[[int], float]:
+    """A cost function from measured points {positions: cost}: linear between them, the first
+    point's cost below them, the last segment's line (never falling) beyond them."""
+    if not table:
+        raise ValueError("the verify-cost table is empty")
+    table = {int(positions): float(cost) for positions, cost in table.items()}  # JSON keys too
+    for positions, cost in table.items():
+        if positions < 1 or not math.isfinite(cost) or cost <= 0:
+            raise ValueError(f"verify cost {cost!r} at {positions} positions is not a time > 0")
+    xs = np.array(sorted(table), dtype=np.float64)
+    ys = np.array([table[int(x)] for x in xs], dtype=np.float64)
+    slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])) if len(xs) > 1 else 0.0
+
+    def cost(positions: int) -> float:
+        if positions > xs[-1]:  # np.interp would clamp; a longer verify costs more
+            return float(ys[-1] + slope * (positions - xs[-1]))
+        return float(np.interp(positions, xs, ys))
+
+    return cost
+
+
+class AdaptiveSchedule(DraftSchedule):
+    """The draft length that maximises expected tokens per unit time, given the acceptance so far.
+
+    With per-token acceptance rate a, a step drafting k tokens yields on average
+    (1 - a^(k+1)) / (1 - a) tokens (Leviathan et al. 2023, section 3) and costs
+    verify_cost(k + 1) + k * draft_cost_per_token; drafting nothing yields 1 token for
+    verify_cost(1). The k in 0..max_length with the best ratio is drafted (the shorter on a tie).
+
+    a is an exponential moving average over tested tokens: each accepted token pulls it towards
+    1 and the first rejected one towards 0, with weight `smoothing`; tokens after a rejection were
+    never tested and do not count. So the length grows while drafts are fully accepted, shrinks
+    on rejections, and falls to 0 when acceptance cannot pay for the longer verify pass. At 0
+    nothing is learnt, so after `probe_interval` steps without a drafted token (and at the
+    first step) it drafts `probe_length` tokens once, and returns to drafting if they are
+    accepted.
+
+    verify_cost is in any unit of time (draft_cost_per_token in the same): a function of the
+    number of verified positions, or measured points {positions: cost} interpolated linearly
+    (see measure_verify_cost).
+    """
+
+    def __init__(
+        self,
+        max_length: int,
+        verify_cost: VerifyCost,
+        draft_cost_per_token: float = 0.0,
+        *,
+        initial_acceptance: float = 0.7,
+        smoothing: float = 0.2,
+        probe_interval: int = 10,
+        probe_length: int = 2,
+    ) -> None:
+        if max_length < 0:
+            raise ValueError(f"max_length must be at least 0, got {max_length}")
+        if not math.isfinite(draft_cost_per_token) or draft_cost_per_token < 0:
+            raise ValueError(f"draft_cost_per_token must be at least 0, got {draft_cost_per_token}")
+        if not 0 <= initial_acceptance <= 1:
+            raise ValueError(f"initial_acceptance must be in [0, 1], got {initial_acceptance}")
+        if not 0 < smoothing <= 1:
+            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
+        if probe_interval < 1 or probe_length < 1:
+            raise ValueError("probe_interval and probe_length must be at least 1")
+        self.max_length = max_length
+        cost = interpolated(verify_cost) if isinstance(verify_cost, Mapping) else verify_cost
+        lengths = np.arange(max_length + 1)
+        self._step_cost = np.array(
+            [cost(int(k) + 1) + k * draft_cost_per_token for k in lengths], dtype=np.float64
+        )
+        if not np.all(np.isfinite(self._step_cost) & (self._step_cost > 0)):
+            raise ValueError("verify_cost must be a time > 0 for 1..max_length + 1 positions")
+        self._smoothing = smoothing
+        self._probe_interval = probe_interval
+        self._probe_length = probe_length
+        self.acceptance = float(initial_acceptance)
+        # Steps in a row that drafted nothing. Nothing has been learnt yet at the start either,
+        # so if the initial estimate says drafting does not pay, the first step probes.
+        self._idle = probe_interval
+
+    def best_length(self, max_length: int | None = None) -> int:
+        """The throughput-optimal k for the current acceptance estimate, without probing."""
+        cap = self.max_length if max_length is None else min(self.max_length, max_length)
+        k = np.arange(cap + 1)
+        a = self.acceptance
+        expected = k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+        return int(np.argmax(expected / self._step_cost[: cap + 1]))
+
+    def next_length(self, max_length: int) -> int:
+        best = self.best_length(max_length)
+        if best == 0 and self._idle >= self._probe_interval:
+            return min(self._probe_length, self.max_length, max_length)
+        return best
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        if not 0 <= accepted <= drafted:
+            raise ValueError(f"accepted {accepted} of {drafted} drafted tokens")
+        if drafted == 0:
+            self._idle += 1
+            return
+        self._idle = 0
+        # `accepted` successes, then one failure if the draft was cut short; closed form of the
+        # moving average a <- a + smoothing * (outcome - a) applied once per tested token.
+        keep = 1 - self._smoothing
+        self.acceptance = 1 - (1 - self.acceptance) * keep**accepted
+        if accepted < drafted:
+            self.acceptance *= keep
+
+
+def measure_verify_cost(
+    provider: Provider,
+    context: Sequence[int],
+    positions: Iterable[int] = (1, 2, 4, 8, 16),
+    *,
+    repeats: int = 5,
+) -> dict[int, float]:
+    """Seconds the provider takes to score n new positions, median of `repeats` calls, per n.
+
+    Call it at model-load time on a warm provider. A context no longer than the largest n is
+    repeated until it is longer. Before each timed call the provider sees the context without
+    its last n tokens, so a KV cache holds that prefix and the timed call computes n positions,
+    as a verify pass does.
+    """
+    positions = sorted(set(positions))
+    if not positions or positions[0] < 1:
+        raise ValueError(f"positions must be at least 1, got {positions}")
+    if not context:
+        raise ValueError("the context to time verify passes on is empty")
+    tokens = list(context)
+    while len(tokens) <= positions[-1]:
+        tokens += context
+    provider.logits(tokens, 1)  # warm-up: first-call allocations are not a verify cost
+    costs = {}
+    for n in positions:
+        times = []
+        for _ in range(repeats):
+            provider.logits(tokens[:-n], 1)
+            started = time.perf_counter_ns()
+            provider.logits(tokens, n)
+            times.append((time.perf_counter_ns() - started) / 1e9)
+        costs[n] = statistics.median(times)
+    return costs
