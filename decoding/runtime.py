@@ -67,6 +67,13 @@ def tokenizer_for(spec: ModelSpec) -> Tokenizer | None:
 _tokenizers: dict[tuple[str, str], Tokenizer] = {}
 
 
+@atexit.register
+def _release_models() -> None:
+    # Free llama.cpp models while its bindings still exist (not during interpreter teardown).
+    _loaded.clear()
+    _tokenizers.clear()
+
+
 def _tokenizer_only(provider: str, path: str) -> Tokenizer:
     key = (provider, path)
     if key not in _tokenizers:
@@ -79,7 +86,6 @@ def _tokenizer_only(provider: str, path: str) -> Tokenizer:
             from decoding.engine.providers.llamacpp import LlamaCppTokenizer
 
             vocab_only = llama_cpp.Llama(model_path=str(weights), vocab_only=True, verbose=False)
-            atexit.register(vocab_only.close)  # before interpreter teardown frees its bindings
             _tokenizers[key] = LlamaCppTokenizer(vocab_only)
         else:
             from transformers import AutoTokenizer

@@ -11,11 +11,18 @@ class StopStrings:
     def __init__(self, tokenizer: Tokenizer | None, stop: list[str]):
         self._tokenizer = tokenizer
         self._stop = stop
+        # Every token decodes to at least one byte, so a stop string of n bytes that the new
+        # tokens complete starts within the n tokens before them: decode only that window,
+        # not the whole output at every step.
+        self._reach = max(len(s.encode("utf-8")) for s in stop)
+        self._checked = 0
 
     def __call__(self, output_token_ids) -> bool:
         if self._tokenizer is None:
             return False
-        text = self._tokenizer.decode(list(output_token_ids))
+        start = max(0, self._checked - self._reach)
+        self._checked = len(output_token_ids)
+        text = self._tokenizer.decode(list(output_token_ids[start:]))
         return any(s in text for s in self._stop)
 
 
