@@ -31,7 +31,7 @@ run: install
 	$(PY) manage.py serve
 
 test: install
-	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) \
+	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) HF_HUB_OFFLINE=1 \
 		$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: install

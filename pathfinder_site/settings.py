@@ -1,6 +1,7 @@
 """Pathfinder settings. Every value comes from an environment variable with a documented default
 (README, "Settings"). Unset, they give the embedded default: SQLite and a server-less queue."""
 
+import os
 from pathlib import Path
 
 import dj_database_url
@@ -104,6 +105,8 @@ PATHFINDER_LLAMA_THREADS = env_int("PATHFINDER_LLAMA_THREADS", 2, minimum=1)
 PATHFINDER_MODEL_CACHE_DIR = Path(
     env_str("PATHFINDER_MODEL_CACHE_DIR", str(VAR_DIR / "model-cache"))
 )
+# Nothing is fetched at run time: weights and tokenizers come from local files only.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 PATHFINDER_STUB_VOCAB_SIZE = env_int("PATHFINDER_STUB_VOCAB_SIZE", 32, minimum=2)
 PATHFINDER_STUB_DRAFT_NOISE = env_float("PATHFINDER_STUB_DRAFT_NOISE", 0.5)
 

@@ -12,6 +12,7 @@ from decoding.engine import (
     SpeculativeDecoder,
     StubProvider,
 )
+from tests.chisquare import pool_small_cells
 
 PROMPTS = [(1, 2, 3), (5,), (7, 7, 7, 7, 7), (31, 0, 16), (12, 30)]
 
@@ -58,21 +59,6 @@ def test_a_draft_identical_to_the_target_has_every_drafted_token_accepted(target
         )
         result = decoder.generate(request)
         assert result.accepted == result.drafted > 0
-
-
-def pool_small_cells(observed, expected, minimum=5.0):
-    """Pool every cell expecting fewer than `minimum` counts into one, as chi-square requires."""
-    small = expected < minimum
-    if not small.any():
-        return observed, expected
-    observed = np.append(observed[~small], observed[small].sum())
-    expected = np.append(expected[~small], expected[small].sum())
-    if expected[-1] < minimum:  # the pooled cell is still too small: fold it into the smallest
-        smallest = np.argmin(expected[:-1])
-        observed[smallest] += observed[-1]
-        expected[smallest] += expected[-1]
-        observed, expected = observed[:-1], expected[:-1]
-    return observed, expected
 
 
 VOCAB, SEEDS = 5, 6000

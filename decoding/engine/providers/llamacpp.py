@@ -1,0 +1,207 @@
+"""A GGUF model run by llama.cpp, through llama-cpp-python's low-level batch API.
+
+The high-level `Llama` object only loads the model, context and vocabulary. Evaluation goes
+through `llama_batch`/`llama_decode` directly so that the output layer (49k wide for SmolLM2,
+most of a small model's cost) runs only for the positions a call asks for, never for every
+prompt token as `logits_all=True` would.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+
+import llama_cpp
+import numpy as np
+
+from ..tokenizer import Tokenizer
+from ..weights import weights_sha256
+from .base import ModelIdentity, Provider
+
+# One llama.cpp call at a time in this process, across every LlamaCppProvider. llama.cpp's
+# worker threads busy-wait between graph nodes, so a draft and a target evaluating at once
+# would each spin on cores the other needs, slower than running one after the other. The lock
+# also keeps each provider's record of its KV cache consistent with the cache itself.
+_MODEL_CALLS = threading.Lock()
+
+_SEQUENCE = 0  # one sequence in the cache: the prefix shared with the last call, any request's
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _token_or_none(token: int) -> int | None:
+    return None if token == llama_cpp.LLAMA_TOKEN_NULL else int(token)
+
+
+class LlamaCppTokenizer(Tokenizer):
+    """The vocabulary stored in the GGUF file, so tokens and model can never disagree."""
+
+    def __init__(self, llama: llama_cpp.Llama) -> None:
+        self._llama = llama  # the vocabulary lives inside the model: keep the model alive
+        self._vocab = llama_cpp.llama_model_get_vocab(llama.model)
+        self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self.bos_token_id = _token_or_none(llama_cpp.llama_vocab_bos(self._vocab))
+        self.eos_token_id = _token_or_none(llama_cpp.llama_vocab_eos(self._vocab))
+        self.chat_template = llama.metadata.get("tokenizer.chat_template")
+
+    def encode(self, text: str, *, add_special: bool = True) -> list[int]:
+        # Special tokens written as text (<|im_start|> in a rendered chat template) become the
+        # special token, as Hugging Face tokenizers do, so a chat prompt encodes the same way.
+        data = text.encode("utf-8")
+        capacity = len(data) + 2  # a token covers at least one byte; room for BOS and EOS
+        while True:
+            buffer = (llama_cpp.llama_token * capacity)()
+            n = llama_cpp.llama_tokenize(
+                self._vocab, data, len(data), buffer, capacity, add_special, True
+            )
+            if n >= 0:
+                return list(buffer[:n])
+            capacity = -n  # too small: llama.cpp says how many it needs
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        tokens = (llama_cpp.llama_token * len(token_ids))(*token_ids)
+        capacity = 8 * len(token_ids) + 16
+        while True:
+            buffer = ctypes.create_string_buffer(capacity)
+            n = llama_cpp.llama_detokenize(
+                self._vocab, tokens, len(token_ids), buffer, capacity, True, False
+            )
+            if n >= 0:
+                return buffer.raw[:n].decode("utf-8", errors="replace")
+            capacity = -n
+
+    def _piece_bytes(self, token_id: int, special: bool) -> bytes:
+        capacity = 32
+        while True:
+            buffer = ctypes.create_string_buffer(capacity)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token_id, buffer, capacity, 0, special)
+            if n >= 0:
+                return buffer.raw[:n]
+            capacity = -n
+
+    def piece(self, token_id: int) -> str:
+        return self._piece_bytes(token_id, False).decode("utf-8", errors="replace")
+
+    def token_text(self, token_id: int) -> str:
+        return self._piece_bytes(token_id, True).decode("utf-8", errors="replace")
+
+    def token_to_piece(self, token_id: int) -> bytes:
+        """The token's raw bytes (a partial UTF-8 character stays as it is)."""
+        return self._piece_bytes(token_id, False)
+
+
+class LlamaCppProvider(Provider):
+    """A GGUF model whose KV cache holds the longest prefix shared with the previous call.
+
+    Each call removes the cache's divergent tail and evaluates only the new tokens, plus the
+    last num_positions tokens again if they were cached: llama.cpp returns logits only for
+    tokens in the batch being decoded. `tokens_evaluated` counts every token decoded, so the
+    cache's effect can be checked.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        name: str,
+        revision: str = "",
+        n_threads: int | None = None,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+    ) -> None:
+        self._llama = llama_cpp.Llama(
+            model_path=os.fspath(model_path),
+            n_ctx=n_ctx,
+            n_batch=n_batch,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            logits_all=False,
+            verbose=False,
+        )
+        self._ctx = self._llama.ctx
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._n_ctx = self._llama.n_ctx()
+        self._n_batch = n_batch
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        weakref.finalize(self, llama_cpp.llama_batch_free, self._batch)
+        self._cached: list[int] = []  # the tokens whose keys and values the KV cache holds
+        self.tokens_evaluated = 0
+        self.vocab_size = self._llama.n_vocab()
+        self.tokenizer = LlamaCppTokenizer(self._llama)
+        self.identity = ModelIdentity(
+            name=name,
+            revision=revision,
+            sha256=weights_sha256(model_path),
+            runtime="llama.cpp",
+            runtime_version=llama_cpp.__version__,
+        )
+
+    def prefill(self, context: Sequence[int]) -> None:
+        # The last prompt token is left for the first logits call, which needs its logits.
+        with _MODEL_CALLS:
+            self._evaluate(list(context[:-1]), 0)
+
+    def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
+        with _MODEL_CALLS:
+            return self._evaluate(list(context), num_positions)
+
+    def _evaluate(self, tokens: list[int], outputs: int) -> np.ndarray:
+        """Bring the KV cache to `tokens`; return logits for its last `outputs` positions."""
+        if len(tokens) > self._n_ctx:
+            raise ValueError(f"context of {len(tokens)} tokens exceeds n_ctx {self._n_ctx}")
+        if not 0 <= outputs <= len(tokens):
+            raise ValueError(f"{outputs} positions asked of a context of {len(tokens)} tokens")
+        first_output = len(tokens) - outputs
+        start = self._truncate(min(_common_prefix(self._cached, tokens), first_output))
+        if any(not 0 <= token < self.vocab_size for token in tokens[start:]):
+            # llama.cpp aborts the whole process on an out-of-range token: refuse it here.
+            raise ValueError(f"token ids must be in 0..{self.vocab_size - 1}")
+        rows = []
+        for offset in range(start, len(tokens), self._n_batch):
+            chunk = tokens[offset : offset + self._n_batch]
+            self._decode(chunk, offset, first_output)
+            wanted = range(max(first_output - offset, 0), len(chunk))
+            rows.extend(self._logits_row(i) for i in wanted)
+        return np.stack(rows) if rows else np.empty((0, self.vocab_size), dtype=np.float32)
+
+    def _truncate(self, keep: int) -> int:
+        """Drop cached positions from `keep` on; return how many cached tokens remain."""
+        if keep < len(self._cached):
+            if not llama_cpp.llama_memory_seq_rm(self._memory, _SEQUENCE, keep, -1):
+                # Recurrent models cannot drop part of a sequence: start again from nothing.
+                llama_cpp.llama_memory_clear(self._memory, True)
+                keep = 0
+            del self._cached[keep:]
+        return keep
+
+    def _decode(self, chunk: list[int], offset: int, first_output: int) -> None:
+        batch = self._batch
+        batch.n_tokens = len(chunk)
+        for i, token in enumerate(chunk):
+            batch.token[i] = token
+            batch.pos[i] = offset + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = _SEQUENCE
+            batch.logits[i] = offset + i >= first_output
+        status = llama_cpp.llama_decode(self._ctx, batch)
+        if status != 0:
+            # A failed decode may leave part of the batch in the cache: forget all of it.
+            llama_cpp.llama_memory_clear(self._memory, True)
+            self._cached.clear()
+            raise RuntimeError(f"llama_decode failed with status {status}")
+        self._cached.extend(chunk)
+        self.tokens_evaluated += len(chunk)
+
+    def _logits_row(self, batch_index: int) -> np.ndarray:
+        pointer = llama_cpp.llama_get_logits_ith(self._ctx, batch_index)
+        return np.ctypeslib.as_array(pointer, shape=(self.vocab_size,)).copy()

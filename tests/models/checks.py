@@ -1,0 +1,81 @@
+"""Checks of the Provider contract that every real provider's tests share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from decoding.engine import Provider
+
+
+def greedy_continuation(provider: Provider, prompt: Sequence[int], n: int) -> list[int]:
+    """prompt followed by the provider's n argmax tokens, one one-position call each."""
+    context = list(prompt)
+    for _ in range(n):
+        context.append(int(np.argmax(provider.logits(context, 1)[0])))
+    return context
+
+
+def separate_calls(provider: Provider, context: Sequence[int], num_positions: int) -> np.ndarray:
+    """What logits(context, num_positions) returns, built from one-position calls in order, as
+    plain decoding makes them (each evaluating one new token on top of the cache)."""
+    first = len(context) - num_positions + 1
+    return np.stack([provider.logits(context[: first + t], 1)[0] for t in range(num_positions)])
+
+
+def assert_same_decisions(batched: np.ndarray, separate: np.ndarray, tolerance: float) -> None:
+    """Rows agree within tolerance, and any argmax that differs is a near-tie, i.e. the top two
+    logits lie within the kernels' noise of each other."""
+    assert batched.shape == separate.shape
+    assert batched.dtype == np.float32
+    worst = float(np.abs(batched - separate).max())
+    assert worst <= tolerance, f"logits differ by {worst}, more than {tolerance}"
+    top_two = np.sort(separate, axis=1)[:, -2:]
+    margins = top_two[:, 1] - top_two[:, 0]
+    differing = batched.argmax(axis=1) != separate.argmax(axis=1)
+    assert (margins[differing] <= 2 * tolerance).all(), f"margins {margins[differing]}"
+
+
+def assert_cache_reused_and_truncated(
+    make: Callable[[], Provider], context: Sequence[int], tolerance: float
+) -> None:
+    """The provider evaluates only tokens beyond the prefix shared with its previous call (and
+    the positions asked for), and after a divergence matches a provider with no history.
+
+    Every call here evaluates at least two tokens, as a fresh provider evaluating the whole
+    context does, so kernel differences between one-token and batch decoding stay out of it.
+    """
+    provider = make()
+    provider.logits(context, 2)
+    assert provider.tokens_evaluated == len(context)
+
+    extended = [*context, 5, 6, 7]
+    provider.logits(extended, 1)
+    assert provider.tokens_evaluated == len(context) + 3  # only the new tokens
+
+    before = provider.tokens_evaluated
+    provider.logits(extended, 5)  # all cached: the 5 positions asked for are evaluated again
+    assert provider.tokens_evaluated - before == 5
+
+    # A divergent context, as after a rejected draft: keep the common prefix, drop the rest.
+    other = (context[-1] + 1) % provider.vocab_size
+    divergent = [*context[:-1], other, 8, 9]
+    before = provider.tokens_evaluated
+    got = provider.logits(divergent, 2)
+    assert provider.tokens_evaluated - before == 3
+    np.testing.assert_allclose(got, make().logits(divergent, 2), rtol=0, atol=tolerance)
+
+    shorter = context[:-3]  # rolled back behind the divergence
+    before = provider.tokens_evaluated
+    got = provider.logits(shorter, 2)
+    assert provider.tokens_evaluated - before == 2
+    np.testing.assert_allclose(got, make().logits(shorter, 2), rtol=0, atol=tolerance)
+
+    prefilled = make()
+    prefilled.prefill(context)  # all but the last token, whose logits the first call needs
+    assert prefilled.tokens_evaluated == len(context) - 1
+    np.testing.assert_allclose(
+        prefilled.logits(context, 2), make().logits(context, 2), rtol=0, atol=tolerance
+    )
+    assert prefilled.tokens_evaluated == len(context) + 1
