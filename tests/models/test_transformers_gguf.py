@@ -79,3 +79,28 @@ def test_greedy_next_tokens_agree_with_llama_cpp_but_on_near_ties(make_llama, co
                 behind = logits.max() - logits[context[end]]  # llama.cpp's pick, in ours
                 assert behind < 1.0, f"a clear disagreement at {text!r}, position {end}"
     assert agreed >= 0.75 * total, f"{agreed} of {total} greedy tokens agree"
+
+
+def test_the_quantized_draft_drafts_for_the_float32_target_exactly(make_llama, converted, sink):
+    """The pair the `smollm2-135m-hf-quantized-draft` spec runs: llama.cpp's Q4_1 quantization
+    drafting for transformers' float32 target, both the same network. Greedy output equals the
+    target's own greedy decoding (near-ties aside, as above) and most drafts are accepted."""
+    from decoding.engine import (
+        DraftModelDrafter,
+        GenerationParams,
+        GenerationRequest,
+        SpeculativeDecoder,
+    )
+
+    from .checks import assert_greedy_equal_but_near_ties
+
+    draft = make_llama()
+    decoder = SpeculativeDecoder(DraftModelDrafter(draft), converted, sink)
+    drafted = accepted = 0
+    for text in PROMPTS[:2]:
+        prompt = converted.tokenizer.encode(text, add_special=False)
+        params = GenerationParams(max_tokens=16, temperature=0.0, draft_length=4)
+        result = decoder.generate(GenerationRequest("pair", tuple(prompt), params))
+        assert_greedy_equal_but_near_ties(converted, prompt, result.output_token_ids, 1.0)
+        drafted, accepted = drafted + result.drafted, accepted + result.accepted
+    assert accepted >= 0.6 * drafted, f"{accepted} of {drafted} drafted tokens accepted"
