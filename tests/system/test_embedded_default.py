@@ -42,7 +42,6 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
     env |= {
         "PATHFINDER_VAR_DIR": str(var_dir),
         "PATHFINDER_LOG_LEVEL": "WARNING",
-        "PATHFINDER_DEFAULT_MODEL": "stub",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
     }
 
@@ -61,11 +60,14 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
         stack = Stack(base_url=f"http://127.0.0.1:{port}", api_key=api_key, env=env)
         wait_until_healthy(stack.base_url, [serve])
 
-        response = submit(stack, {"prompt_token_ids": [1, 2, 3], "max_tokens": 16})
+        # What `make run` serves: the default model, SmolLM2-135M-Instruct in llama.cpp.
+        body = {"prompt": "The three primary colours are", "max_tokens": 16, "temperature": 0}
+        response = submit(stack, body)
         assert response.status_code == 202, f"{response.text}\n{serve.tail()}"
-        job = wait_for(stack, response.json()["id"])
+        job = wait_for(stack, response.json()["id"], timeout=120)
         assert job["status"] == "succeeded", f"{job}\n{serve.tail()}"
-        assert len(job["output_token_ids"]) >= 1
+        assert job["model"] == "smollm2-135m-instruct"
+        assert job["output_text"].strip(), job
 
         checked = manage(env, "verify_chain", "--all")
         assert checked.returncode == 0, describe(checked)
