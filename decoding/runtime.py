@@ -35,10 +35,12 @@ class LoadedModels:
     drafter: Drafter
     target: Provider
     tokenizer: Tokenizer | None
-    verify_cost: dict[int, float] | None  # seconds per verify of n positions, measured at load
+    # Seconds per verify of n positions, measured at load for an adaptive spec (else None).
+    verify_cost: dict[int, float] | None
 
-    def schedule(self, draft_length: int, adaptive: bool) -> DraftSchedule:
-        if adaptive and self.verify_cost:
+    def schedule(self, draft_length: int) -> DraftSchedule:
+        """A fresh per-request schedule: adaptive up to draft_length, or fixed at it."""
+        if self.verify_cost:
             return AdaptiveSchedule(draft_length, verify_cost=self.verify_cost)
         return FixedSchedule(draft_length)
 

@@ -161,9 +161,7 @@ def job_run(*, job_id: uuid.UUID) -> None:
             sink=TrailSink(trail.id),
             tokenizer=models.tokenizer,
         )
-        schedule = models.schedule(
-            job.draft_length, adaptive=job.model_spec.draft_schedule == ModelSpec.Schedule.ADAPTIVE
-        )
+        schedule = models.schedule(job.draft_length)
         stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
         result = decoder.generate(_request_for(job), schedule=schedule, stop=stop)
     except AuditUnavailable as exc:
