@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from .models import DecisionRecord, LedgerEntry, Trail, VerificationRun
+from .models import Checkpoint, DecisionRecord, LedgerEntry, Trail, VerificationRun
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -42,3 +42,8 @@ class LedgerEntryAdmin(ReadOnlyAdmin):
 class VerificationRunAdmin(ReadOnlyAdmin):
     list_display = ("scope", "ok", "trails_checked", "records_checked", "started_at")
     list_filter = ("ok",)
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    list_display = ("id", "tree_size", "root_hash", "created_at")

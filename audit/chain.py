@@ -100,7 +100,7 @@ def ledger_entry_hash(seq: int, prev_hash: str, payload: str) -> str:
 class Failure:
     """One broken link. `seq` is the record (or ledger entry) where the break shows."""
 
-    scope: str  # "trail" or "ledger"
+    scope: str  # "trail", "ledger" or "checkpoint"
     trail_id: str | None
     seq: int | None
     reason: str
@@ -109,7 +109,7 @@ class Failure:
         return {"scope": self.scope, "trail": self.trail_id, "seq": self.seq, "reason": self.reason}
 
     def __str__(self) -> str:
-        where = f"trail {self.trail_id}" if self.trail_id else "ledger"
+        where = f"trail {self.trail_id}" if self.trail_id else self.scope
         at = f" seq {self.seq}" if self.seq is not None else ""
         return f"{where}{at}: {self.reason}"
 

@@ -101,3 +101,23 @@ class VerificationRun(models.Model):
 
     def __str__(self) -> str:
         return f"verification of {self.scope}: {'intact' if self.ok else 'BROKEN'}"
+
+
+class Checkpoint(models.Model):
+    """A signed statement of the global log's size and Merkle root (C2SP tlog-checkpoint).
+
+    Meant to leave the database: a chain inside the database only catches tampering by someone
+    who cannot also rewrite the checkpoints that were published or handed over.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    tree_size = models.PositiveBigIntegerField()
+    root_hash = models.CharField(max_length=64)
+    note = models.TextField(help_text="the signed note, exactly as published")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"checkpoint of {self.tree_size} trails ({self.created_at:%Y-%m-%d %H:%M})"

@@ -103,18 +103,37 @@ def _postgres_triggers() -> list[str]:
             "audit_reject_change",
         ),
     ]
-    for table in APPEND_ONLY_TABLES:
-        triggers += [
-            (f"{table}_no_change", table, "BEFORE UPDATE OR DELETE", "ROW", "audit_reject_change"),
-            (f"{table}_no_truncate", table, "BEFORE TRUNCATE", "STATEMENT", "audit_reject_change"),
-        ]
     for name, table, when, level, function in triggers:
-        statements.append(
-            f"CREATE TRIGGER {name} {when} ON {table} "
-            f"FOR EACH {level} EXECUTE FUNCTION {function}()"
-        )
-        statements.append(f"ALTER TABLE {table} ENABLE ALWAYS TRIGGER {name}")
+        statements += _postgres_trigger(name, table, when, level, function)
+    for table in APPEND_ONLY_TABLES:
+        statements += _postgres_append_only(table)
     return statements
+
+
+def _postgres_trigger(name, table, when, level, function) -> list[str]:
+    return [
+        f"CREATE TRIGGER {name} {when} ON {table} FOR EACH {level} EXECUTE FUNCTION {function}()",
+        f"ALTER TABLE {table} ENABLE ALWAYS TRIGGER {name}",
+    ]
+
+
+def _postgres_append_only(table: str) -> list[str]:
+    return [
+        *_postgres_trigger(
+            f"{table}_no_change", table, "BEFORE UPDATE OR DELETE", "ROW", "audit_reject_change"
+        ),
+        *_postgres_trigger(
+            f"{table}_no_truncate", table, "BEFORE TRUNCATE", "STATEMENT", "audit_reject_change"
+        ),
+    ]
+
+
+def _sqlite_append_only(table: str) -> list[str]:
+    return [
+        f"""CREATE TRIGGER {table}_no_{operation.lower()} BEFORE {operation} ON {table}
+        BEGIN SELECT RAISE(ABORT, 'audit rows are append-only'); END"""
+        for operation in ("UPDATE", "DELETE")
+    ]
 
 
 def _sqlite_triggers() -> list[str]:
@@ -148,21 +167,34 @@ def _sqlite_triggers() -> list[str]:
         END""",
     ]
     for table in APPEND_ONLY_TABLES:
-        for operation in ("UPDATE", "DELETE"):
-            statements.append(
-                f"""CREATE TRIGGER {table}_no_{operation.lower()} BEFORE {operation} ON {table}
-                BEGIN SELECT RAISE(ABORT, 'audit rows are append-only'); END"""
-            )
+        statements += _sqlite_append_only(table)
     return statements
 
 
-def install(apps, schema_editor) -> None:
+def _execute(schema_editor, builders: dict) -> None:
     vendor = schema_editor.connection.vendor
-    if vendor == "postgresql":
-        statements = _postgres_triggers()
-    elif vendor == "sqlite":
-        statements = _sqlite_triggers()
-    else:
+    if vendor not in builders:
         raise NotImplementedError(f"no audit triggers for database vendor {vendor!r}")
-    for statement in statements:
+    for statement in builders[vendor]():
         schema_editor.execute(statement, params=None)  # no placeholders: keep % literal
+
+
+def install(apps, schema_editor) -> None:
+    """Migration 0002: the chain checks and the append-only tables of the first schema."""
+    _execute(schema_editor, {"postgresql": _postgres_triggers, "sqlite": _sqlite_triggers})
+
+
+def append_only(table: str):
+    """A RunPython function making a table added later append-only (the function in
+    audit_reject_change exists since migration 0002)."""
+
+    def install_for_table(apps, schema_editor) -> None:
+        _execute(
+            schema_editor,
+            {
+                "postgresql": lambda: _postgres_append_only(table),
+                "sqlite": lambda: _sqlite_append_only(table),
+            },
+        )
+
+    return install_for_table

@@ -14,6 +14,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from . import chain
+from .log import checkpoint_failures
 from .models import DecisionRecord, LedgerEntry, Trail, VerificationRun
 
 _CHUNK = 2000
@@ -30,6 +31,20 @@ class Report:
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    def lines(self) -> list[str]:
+        """The report for people: a summary, then each broken link."""
+        lines = [
+            f"Verified {self.scope}: {self.trails_checked} trails, {self.records_checked} "
+            f"records, {self.ledger_entries_checked} ledger entries.",
+        ]
+        if self.ok:
+            return [*lines, "INTACT: every link verifies."]
+        return [
+            *lines,
+            f"BROKEN: {len(self.failures)} broken link(s).",
+            *(f"  {failure}" for failure in self.failures),
+        ]
 
     def as_dict(self) -> dict:
         return {
@@ -78,11 +93,8 @@ def verify_everything(*, progress: Callable[[], None] | None = None) -> Report:
             )
         }
         sealed: set[str] = set()
-        entries = LedgerEntry.objects.order_by("seq", "id").iterator(chunk_size=_CHUNK)
-        stored_entries = (
-            chain.StoredLedgerEntry(e.seq, e.prev_hash, e.entry_hash, e.payload) for e in entries
-        )
-        for payload, failures in chain.verify_ledger(stored_entries):
+        leaves: list[bytes] = []  # the Merkle log's leaves, for the checkpoints below
+        for payload, failures in chain.verify_ledger(_ledger_entries(leaves)):
             report.ledger_entries_checked += 1
             report.failures.extend(failures)
             trail_id = payload.get("trail")
@@ -104,7 +116,16 @@ def verify_everything(*, progress: Callable[[], None] | None = None) -> Report:
             report.failures.append(
                 chain.Failure("trail", trail_id, 0, "records belong to a trail that does not exist")
             )
+        for reason in checkpoint_failures(leaves):
+            report.failures.append(chain.Failure("checkpoint", None, None, reason))
     return _recorded(report, started)
+
+
+def _ledger_entries(leaves: list[bytes]) -> Iterator[chain.StoredLedgerEntry]:
+    """Stream the ledger, keeping each payload as a leaf of the Merkle log on the way."""
+    for entry in LedgerEntry.objects.order_by("seq", "id").iterator(chunk_size=_CHUNK):
+        leaves.append(entry.payload.encode("utf-8"))
+        yield chain.StoredLedgerEntry(entry.seq, entry.prev_hash, entry.entry_hash, entry.payload)
 
 
 def _walk_trail(trail_id: str, records: Iterable[chain.StoredRecord], report: Report):

@@ -120,6 +120,15 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
 }
 
+# --- The global log's signed checkpoints ---------------------------------------------------------
+# The log's name inside every checkpoint; make it unique to this deployment.
+PATHFINDER_LOG_ORIGIN = env_str("PATHFINDER_LOG_ORIGIN", "pathfinder.local/audit-log")
+# Ed25519 signing key (C2SP signed-note strings); created on first use when the file is missing.
+PATHFINDER_CHECKPOINT_KEY_FILE = Path(
+    env_str("PATHFINDER_CHECKPOINT_KEY_FILE", str(VAR_DIR / "checkpoint-signing.key"))
+)
+PATHFINDER_CHECKPOINT_INTERVAL_S = env_int("PATHFINDER_CHECKPOINT_INTERVAL_S", 3600, minimum=10)
+
 # --- Celery: Redis in production, kombu's filesystem transport for the embedded default ----------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 PATHFINDER_QUEUE_DIR = Path(env_str("PATHFINDER_QUEUE_DIR", str(VAR_DIR / "queue")))
@@ -142,6 +151,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Fail a submission fast (503, job marked failed) rather than hang when the broker is down.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE = {
+    "checkpoint-the-global-log": {
+        "task": "audit.create_checkpoint",
+        "schedule": PATHFINDER_CHECKPOINT_INTERVAL_S,
+    },
+}
 
 # --- Logging: one JSON object per line on stderr -----------------------------------------------
 LOGGING = {

@@ -52,13 +52,9 @@ class Command(BaseCommand):
             return verify_everything(progress=lambda: bar.update(1))
 
     def _print_summary(self, report):
-        self.stdout.write(
-            f"Verified {report.scope}: {report.trails_checked} trails, "
-            f"{report.records_checked} records, {report.ledger_entries_checked} ledger entries."
-        )
-        if report.ok:
-            self.stdout.write(self.style.SUCCESS("INTACT: every link verifies."))
-            return
-        self.stdout.write(self.style.ERROR(f"BROKEN: {len(report.failures)} broken link(s)."))
-        for failure in report.failures:
-            self.stdout.write(f"  {failure}")
+        summary, verdict, *details = report.lines()
+        self.stdout.write(summary)
+        style = self.style.SUCCESS if report.ok else self.style.ERROR
+        self.stdout.write(style(verdict))
+        for line in details:
+            self.stdout.write(line)

@@ -1,0 +1,1 @@
+"""The pure evidence layer: Merkle tree, signed checkpoints, export bundles (no Django)."""
