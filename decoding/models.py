@@ -186,3 +186,37 @@ class GenerationJob(models.Model):
         if self.finished_at is None:
             return None
         return round((self.finished_at - self.created_at).total_seconds() * 1000)
+
+
+class Replay(models.Model):
+    """A re-run of a recorded job (same models, params, seed, method and draft lengths) whose
+    decisions are compared with the trail's, field by field."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    job = models.ForeignKey(GenerationJob, on_delete=models.PROTECT, related_name="replays")
+    trail_id = models.UUIDField()
+    requested_by = models.ForeignKey(
+        "auth.User", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    identical = models.BooleanField(null=True)
+    steps_compared = models.PositiveIntegerField(default=0)
+    # {"step", "field", "recorded", "replayed"} of the first difference, or null.
+    first_divergence = models.JSONField(null=True, blank=True)
+    # One {"step", "identical", "fields"} per recorded step.
+    steps = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"replay of job {self.job_id} ({self.status})"

@@ -163,7 +163,7 @@ def job_run(*, job_id: uuid.UUID) -> None:
         )
         schedule = models.schedule(job.draft_length)
         stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
-        result = decoder.generate(_request_for(job), schedule=schedule, stop=stop)
+        result = decoder.generate(request_for(job), schedule=schedule, stop=stop)
     except AuditUnavailable as exc:
         cause = exc.__cause__ or exc
         _fail(job, trail, f"audit store unavailable, no output released: {cause}")
@@ -175,7 +175,8 @@ def job_run(*, job_id: uuid.UUID) -> None:
     _succeed(job, trail, result, output_text(models.tokenizer, result.output_token_ids, job.stop))
 
 
-def _request_for(job: GenerationJob) -> GenerationRequest:
+def request_for(job: GenerationJob) -> GenerationRequest:
+    """The engine request a job stands for (also what a replay re-runs)."""
     params = GenerationParams(**{name: getattr(job, name) for name in JOB_PARAM_FIELDS})
     return GenerationRequest(
         request_id=str(job.id), prompt_token_ids=tuple(job.prompt_token_ids), params=params

@@ -10,7 +10,14 @@ from .params import GenerationParams, GenerationRequest
 from .providers import ModelIdentity, Provider, StubProvider
 from .records import StepRecord
 from .rng import uniform
-from .schedule import AdaptiveSchedule, DraftSchedule, FixedSchedule, measure_verify_cost
+from .schedule import (
+    AdaptiveSchedule,
+    DraftSchedule,
+    FixedSchedule,
+    ReplayOverrun,
+    ReplaySchedule,
+    measure_verify_cost,
+)
 from .tokenizer import Tokenizer
 from .version import ENGINE_VERSION
 
@@ -29,6 +36,8 @@ __all__ = [
     "GenerationResult",
     "ModelIdentity",
     "PromptLookupDrafter",
+    "ReplayOverrun",
+    "ReplaySchedule",
     "Provider",
     "SpeculativeDecoder",
     "StepRecord",

@@ -47,6 +47,29 @@ class FixedSchedule(DraftSchedule):
         pass
 
 
+class ReplayOverrun(Exception):
+    """A replay asked for a step beyond the recorded run: the two runs diverged."""
+
+
+class ReplaySchedule(DraftSchedule):
+    """The draft lengths a recorded run used, step by step, so a replay meets the same kernels
+    (an adaptive schedule decides from measured timings, which a replay must not re-decide)."""
+
+    def __init__(self, lengths: Sequence[int]) -> None:
+        self._lengths = list(lengths)
+        self._step = 0
+
+    def next_length(self, max_length: int) -> int:
+        if self._step >= len(self._lengths):
+            raise ReplayOverrun(f"the recorded run has no step {self._step}")
+        length = self._lengths[self._step]
+        self._step += 1
+        return length
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        pass
+
+
 def interpolated(table: Mapping[int, float]) -> Callable[[int], float]:
     """A cost function from measured points {positions: cost}: linear between them, the first
     point's cost below them, the last segment's line (never falling) beyond them."""

@@ -1,0 +1,159 @@
+"""Replay: re-run a recorded job and compare every decision field with its trail.
+
+Randomness is keyed by (seed, step, position) and the draft length of each step is taken from
+the record, so with the same model identities every field but the timings must come out the same
+(invariant 4). The replay writes no trail of its own: it releases no output.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.chain import canonical_json
+from audit.models import DecisionRecord
+from decoding import runtime
+from decoding.engine import ReplayOverrun, ReplaySchedule, SpeculativeDecoder, StepRecord
+from decoding.models import GenerationJob, Replay
+from decoding.services import request_for
+from decoding.text import StopStrings
+
+logger = logging.getLogger(__name__)
+
+# Wall-clock timings are the only fields a replay may change.
+VOLATILE_FIELDS = frozenset({"timings_us"})
+# Causes before effects: a changed model identity is named before the decisions it changed.
+FIELD_ORDER = (
+    "v", "request_id", "step", "rule", "draft", "target", "params", "context_length",
+    "draft_length", "drafted", "accepted_count", "correction", "emitted", "emitted_text", "stop",
+    "rationale",
+)  # fmt: skip
+
+
+def replay_request(*, job: GenerationJob, user=None) -> Replay:
+    if job.trail_id is None or job.status not in (
+        GenerationJob.Status.SUCCEEDED,
+        GenerationJob.Status.FAILED,
+    ):
+        raise ValueError("only a finished job with a trail can be replayed")
+    replay = Replay.objects.create(job=job, trail_id=job.trail_id, requested_by=user)
+    transaction.on_commit(lambda: _enqueue(replay.id))
+    return replay
+
+
+def _enqueue(replay_id: uuid.UUID) -> None:
+    from decoding.tasks import replay_job
+
+    replay_job.delay(str(replay_id))
+
+
+class _Collect:
+    """An in-memory sink: a replay's records are compared, never stored."""
+
+    def __init__(self) -> None:
+        self.records: list[StepRecord] = []
+
+    def record(self, record: StepRecord) -> None:
+        self.records.append(record)
+
+
+def replay_run(*, replay_id: uuid.UUID) -> None:
+    claimed = Replay.objects.filter(pk=replay_id, status=Replay.Status.QUEUED).update(
+        status=Replay.Status.RUNNING
+    )
+    if not claimed:
+        return
+    replay = Replay.objects.select_related("job__model_spec").get(pk=replay_id)
+    job = replay.job
+    recorded = [
+        json.loads(payload)
+        for payload in DecisionRecord.objects.filter(trail_id=replay.trail_id)
+        .order_by("seq")
+        .values_list("payload", flat=True)
+    ]
+    try:
+        models, _ = runtime.models_for(job.model_spec)
+        sink = _Collect()
+        decoder = SpeculativeDecoder(
+            models.drafter, models.target, sink, tokenizer=models.tokenizer
+        )
+        schedule = ReplaySchedule([record["draft_length"] for record in recorded])
+        stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
+        overran = False
+        try:
+            decoder.generate(request_for(job), schedule=schedule, stop=stop)
+        except ReplayOverrun:
+            # The replay wanted a step the recording does not have. A failed job's trail ends
+            # early by design; a succeeded one's must not.
+            overran = job.status == GenerationJob.Status.SUCCEEDED
+        replayed = [record.payload() for record in sink.records]
+        if overran:
+            replayed.append({"step": len(recorded), "<note>": "the replay went on"})
+        steps, first = compare(recorded, replayed)
+    except Exception as exc:
+        logger.exception("replay failed", extra={"replay_id": str(replay_id)})
+        Replay.objects.filter(pk=replay_id).update(
+            status=Replay.Status.FAILED, error=str(exc), finished_at=timezone.now()
+        )
+        return
+    Replay.objects.filter(pk=replay_id).update(
+        status=Replay.Status.DONE,
+        identical=first is None,
+        steps_compared=len(steps),
+        first_divergence=first,
+        steps=steps,
+        finished_at=timezone.now(),
+    )
+
+
+def compare(recorded: list[dict], replayed: list[dict]) -> tuple[list[dict], dict | None]:
+    """Per-step verdicts and the first divergence (step, field, both values)."""
+    steps, first = [], None
+    for step in range(max(len(recorded), len(replayed))):
+        if step >= len(recorded) or step >= len(replayed):
+            missing = "recorded" if step >= len(recorded) else "replayed"
+            verdict = {"step": step, "identical": False, "fields": ["<step>"]}
+            divergence = {
+                "step": step,
+                "field": "<step>",
+                "recorded": None if missing == "recorded" else "present",
+                "replayed": None if missing == "replayed" else "present",
+            }
+        else:
+            fields = differing_fields(recorded[step], replayed[step])
+            verdict = {"step": step, "identical": not fields, "fields": fields}
+            divergence = (
+                {
+                    "step": step,
+                    "field": fields[0],
+                    "recorded": _shown(recorded[step].get(fields[0])),
+                    "replayed": _shown(replayed[step].get(fields[0])),
+                }
+                if fields
+                else None
+            )
+        steps.append(verdict)
+        if first is None and divergence is not None:
+            first = divergence
+    return steps, first
+
+
+def differing_fields(recorded: dict, replayed: dict) -> list[str]:
+    keys = sorted(
+        (recorded.keys() | replayed.keys()) - VOLATILE_FIELDS,
+        key=lambda key: (FIELD_ORDER.index(key) if key in FIELD_ORDER else len(FIELD_ORDER), key),
+    )
+    return [
+        key
+        for key in keys
+        if canonical_json(recorded.get(key)) != canonical_json(replayed.get(key))
+    ]
+
+
+def _shown(value) -> str:
+    text = canonical_json(value)
+    return text if len(text) <= 500 else text[:500] + "…"
