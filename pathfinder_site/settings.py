@@ -88,6 +88,11 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+WHITENOISE_USE_FINDERS = True  # serve app static files even before collectstatic has run
+
+# --- Reviewer portal: people log in with Django auth ----------------------------------------------
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/portal/"
 
 # --- Request limits -------------------------------------------------------------------------------
 PATHFINDER_MAX_BODY_BYTES = env_int("PATHFINDER_MAX_BODY_BYTES", 1_048_576, minimum=1024)

@@ -7,4 +7,6 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/v1/", include("decoding.api.urls")),
     path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("portal/", include("reviewers.urls")),
 ]

@@ -1,0 +1,83 @@
+"""Input of the portal's pages. A bad value is a 400 whose message names the field."""
+
+from django import forms
+
+from decoding.models import GenerationJob, ModelSpec
+
+from .selectors import JobFilters, matter_list_for
+
+VERIFICATION_CHOICES = [
+    ("", "any"),
+    ("never", "never verified"),
+    ("verified", "verified"),
+    ("broken", "broken"),
+]
+
+
+class JobFilterForm(forms.Form):
+    matter = forms.ModelChoiceField(queryset=None, required=False, empty_label="all my matters")
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    model = forms.ChoiceField(required=False)
+    status = forms.ChoiceField(required=False, choices=[("", "any"), *GenerationJob.Status.choices])
+    verified = forms.ChoiceField(required=False, choices=VERIFICATION_CHOICES, label="Verification")
+    q = forms.CharField(
+        required=False,
+        max_length=128,
+        label="Search",
+        widget=forms.TextInput(attrs={"placeholder": "job id or request id prefix"}),
+    )
+    page = forms.IntegerField(required=False, min_value=1, max_value=100_000)
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["matter"].queryset = matter_list_for(user=user)
+        names = ModelSpec.objects.order_by("name").values_list("name", flat=True)
+        self.fields["model"].choices = [("", "any"), *((name, name) for name in names)]
+
+    def filters(self) -> JobFilters:
+        data = self.cleaned_data
+        return JobFilters(
+            matter=data.get("matter"),
+            since=data.get("since"),
+            until=data.get("until"),
+            model=data.get("model") or "",
+            status=data.get("status") or "",
+            verification=data.get("verified") or "",
+            q=(data.get("q") or "").strip(),
+        )
+
+    def clean(self):
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            self.add_error("until", "until must not be before since")
+        return data
+
+
+class StepForm(forms.Form):
+    step = forms.IntegerField(required=False, min_value=0)
+
+
+class AnnotationForm(forms.Form):
+    text = forms.CharField(max_length=10_000, widget=forms.Textarea(attrs={"rows": 3}))
+    step = forms.IntegerField(required=False, min_value=0)
+
+    def __init__(self, *args, step_count: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.step_count = step_count
+
+    def clean_step(self):
+        step = self.cleaned_data.get("step")
+        if step is not None and step >= self.step_count:
+            raise forms.ValidationError(f"the trail has no step {step}")
+        return step
+
+
+class PageForm(forms.Form):
+    page = forms.IntegerField(required=False, min_value=1, max_value=100_000)
+
+
+def errors_text(form: forms.Form) -> str:
+    """'field: message' for every error, for a plain-text 400."""
+    return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in form.errors.items())

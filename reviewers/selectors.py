@@ -1,0 +1,211 @@
+"""Reads for the portal. Every lookup of a job, replay or custody event is scoped to the matters
+granted to the reviewer: anything else is a 404, with no hint that it exists."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import uuid
+from dataclasses import dataclass
+
+from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.shortcuts import get_object_or_404
+
+from audit.models import DecisionRecord, Trail
+from decoding.models import GenerationJob, Matter, Replay
+
+from . import custody
+from .models import Annotation, CustodyEvent, SignOff, TrailVerification
+from .steps import Step, emitted_tokens, step_present
+
+PAGE_SIZE = 50
+
+
+def matter_list_for(*, user) -> QuerySet[Matter]:
+    return Matter.objects.filter(grants__user=user).order_by("name")
+
+
+def job_queryset_for(*, user) -> QuerySet[GenerationJob]:
+    return GenerationJob.objects.filter(matter__grants__user=user)
+
+
+def job_get_for(*, user, job_id: uuid.UUID) -> GenerationJob:
+    return get_object_or_404(
+        job_queryset_for(user=user).select_related("matter", "model_spec"), pk=job_id
+    )
+
+
+def replay_get_for(*, user, replay_id: uuid.UUID) -> Replay:
+    return get_object_or_404(
+        Replay.objects.select_related("job"), pk=replay_id, job__matter__grants__user=user
+    )
+
+
+@dataclass(frozen=True)
+class JobFilters:
+    matter: Matter | None = None
+    since: datetime.date | None = None
+    until: datetime.date | None = None
+    model: str = ""
+    status: str = ""
+    verification: str = ""  # "", "never", "verified" or "broken"
+    q: str = ""
+
+
+@dataclass
+class Page:
+    rows: list
+    number: int
+    has_next: bool
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+
+def _latest_verification(field: str) -> Subquery:
+    latest = TrailVerification.objects.filter(
+        job=OuterRef("pk"), trail_id=OuterRef("trail_id")
+    ).order_by("-at", "-id")
+    return Subquery(latest.values(field)[:1])
+
+
+def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None = None) -> Page:
+    """One page of the reviewer's jobs, newest first. No COUNT: page_size + 1 rows are fetched
+    to learn whether a next page exists."""
+    page_size = page_size or PAGE_SIZE
+    jobs = (
+        job_queryset_for(user=user)
+        .select_related("matter", "model_spec")
+        .annotate(verified_ok=_latest_verification("ok"), verified_at=_latest_verification("at"))
+    )
+    if filters.matter is not None:
+        jobs = jobs.filter(matter=filters.matter)
+    if filters.since is not None:
+        jobs = jobs.filter(created_at__gte=_start_of(filters.since))
+    if filters.until is not None:
+        jobs = jobs.filter(created_at__lt=_start_of(filters.until + datetime.timedelta(days=1)))
+    if filters.model:
+        jobs = jobs.filter(model_spec__name=filters.model)
+    if filters.status:
+        jobs = jobs.filter(status=filters.status)
+    if filters.verification == "never":
+        jobs = jobs.filter(verified_ok__isnull=True)
+    elif filters.verification == "verified":
+        jobs = jobs.filter(verified_ok=True)
+    elif filters.verification == "broken":
+        jobs = jobs.filter(verified_ok=False)
+    if filters.q:
+        jobs = jobs.filter(_search(filters.q))
+    offset = (page - 1) * page_size
+    rows = list(jobs.order_by("-created_at", "-id")[offset : offset + page_size + 1])
+    return Page(rows=rows[:page_size], number=page, has_next=len(rows) > page_size)
+
+
+def _start_of(day: datetime.date) -> datetime.datetime:
+    return datetime.datetime.combine(day, datetime.time.min, tzinfo=datetime.UTC)
+
+
+def _search(text: str) -> Q:
+    """An exact job id, or a request id prefix."""
+    query = Q(request_id__startswith=text)
+    with contextlib.suppress(ValueError):
+        query |= Q(id=uuid.UUID(text))
+    return query
+
+
+def trail_of(*, job: GenerationJob) -> Trail | None:
+    if job.trail_id is None:
+        return None
+    return Trail.objects.filter(pk=job.trail_id).first()
+
+
+def trail_payloads(*, job: GenerationJob) -> list[dict]:
+    """Every record of the job's trail, parsed, in seq order."""
+    if job.trail_id is None:
+        return []
+    payloads = (
+        DecisionRecord.objects.filter(trail_id=job.trail_id)
+        .order_by("seq")
+        .values_list("payload", flat=True)
+    )
+    return [json.loads(payload) for payload in payloads.iterator(chunk_size=2000)]
+
+
+def trail_step_count(*, job: GenerationJob) -> int:
+    if job.trail_id is None:
+        return 0
+    return DecisionRecord.objects.filter(trail_id=job.trail_id).count()
+
+
+def trail_step(*, job: GenerationJob, step: int) -> Step | None:
+    record = (
+        DecisionRecord.objects.filter(trail_id=job.trail_id, seq=step).only("payload").first()
+        if job.trail_id is not None
+        else None
+    )
+    return step_present(json.loads(record.payload)) if record is not None else None
+
+
+def output_tokens(payloads: list[dict]) -> list[dict]:
+    """The full output, token by token, each naming the step that emitted it."""
+    return [token for payload in payloads for token in emitted_tokens(payload)]
+
+
+def verification_latest(*, job: GenerationJob) -> TrailVerification | None:
+    if job.trail_id is None:
+        return None
+    return (
+        TrailVerification.objects.filter(job=job, trail_id=job.trail_id)
+        .select_related("user")
+        .order_by("-at", "-id")
+        .first()
+    )
+
+
+def annotation_list(*, job: GenerationJob) -> list[Annotation]:
+    return list(
+        Annotation.objects.filter(job=job, trail_id=job.trail_id)
+        .select_related("user")
+        .order_by("created_at", "id")
+    )
+
+
+def sign_off_list(*, job: GenerationJob) -> list[SignOff]:
+    return list(
+        SignOff.objects.filter(job=job, trail_id=job.trail_id)
+        .select_related("user")
+        .order_by("at", "id")
+    )
+
+
+def custody_event_list(*, user, page: int = 1, page_size: int | None = None) -> Page:
+    """Custody events, newest first: of the reviewer's matters' jobs, or all of them for staff."""
+    page_size = page_size or PAGE_SIZE
+    events = CustodyEvent.objects.select_related("user")
+    if not user.is_staff:
+        events = events.filter(job_id__in=job_queryset_for(user=user).values("id"))
+    offset = (page - 1) * page_size
+    rows = list(events.order_by("-seq")[offset : offset + page_size + 1])
+    return Page(rows=rows[:page_size], number=page, has_next=len(rows) > page_size)
+
+
+def custody_verify() -> custody.CustodyReport:
+    """Walk the whole custody chain (streamed, in seq order) and name every broken event."""
+    events = CustodyEvent.objects.order_by("seq", "id").iterator(chunk_size=2000)
+    return custody.verify_events(
+        custody.StoredEvent(
+            seq=event.seq,
+            prev_hash=event.prev_hash,
+            event_hash=event.event_hash,
+            payload=event.payload,
+            action=event.action,
+            user_id=event.user_id,
+            job_id=str(event.job_id) if event.job_id else None,
+            trail_id=str(event.trail_id) if event.trail_id else None,
+            detail=event.detail,
+            at=event.created_at,
+        )
+        for event in events
+    )

@@ -1,0 +1,291 @@
+"""Writes of the portal. Each reviewer action is recorded in the custody log in the same
+transaction as what it wrote."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.utils import timezone
+
+from audit import checkpoints, merkle
+from audit.chain import Failure, canonical_json
+from audit.export import ExportError, trail_export
+from audit.log import inclusion_of, signing_key
+from audit.models import LedgerEntry
+from audit.verification import verify_trails
+from decoding.models import GenerationJob, Matter, Replay
+from decoding.replay import replay_request
+
+from . import custody
+from .models import Annotation, CustodyEvent, MatterGrant, SignOff, TrailVerification
+
+# pg_advisory_xact_lock key for custody appends ("PFCUSTDY" as an integer).
+_CUSTODY_LOCK_KEY = int.from_bytes(b"PFCUSTDY", "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class PortalRefusal(Exception):
+    """An action that cannot be done on this job now; the message says why, for the reviewer."""
+
+
+def custody_append(
+    *, user, action: str, job: GenerationJob | None = None, detail: dict | None = None
+) -> CustodyEvent:
+    """Append one event to the custody chain (format: reviewers.custody), one writer at a time."""
+    detail = detail or {}
+    job_id = str(job.id) if job is not None else None
+    trail_id = str(job.trail_id) if job is not None and job.trail_id else None
+    with transaction.atomic():
+        _lock_custody()
+        last = CustodyEvent.objects.order_by("-seq").only("seq", "event_hash").first()
+        seq = last.seq + 1 if last else 0
+        prev_hash = last.event_hash if last else custody.custody_genesis_hash()
+        at = timezone.now()  # taken under the lock, so time never runs backwards along seq
+        payload = custody.custody_payload(
+            action=action,
+            user_id=user.pk,
+            username=user.get_username(),
+            job_id=job_id,
+            trail_id=trail_id,
+            detail=detail,
+            at=at,
+        )
+        return CustodyEvent.objects.create(
+            seq=seq,
+            user=user,
+            action=action,
+            job_id=job_id,
+            trail_id=trail_id,
+            detail=canonical_json(detail),
+            payload=payload,
+            created_at=at,
+            prev_hash=prev_hash,
+            event_hash=custody.custody_event_hash(seq, prev_hash, payload),
+        )
+
+
+def _lock_custody() -> None:
+    # As audit.store._lock_ledger: SQLite's IMMEDIATE transactions already serialise writers.
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CUSTODY_LOCK_KEY])
+
+
+def trail_view_record(*, user, job: GenerationJob, step: int | None) -> CustodyEvent:
+    return custody_append(
+        user=user, action=CustodyEvent.Action.VIEW, job=job, detail={"step": step}
+    )
+
+
+@dataclass
+class _Inclusion:
+    failures: list[Failure]
+    checkpoint_id: int | None = None
+    checkpoint_size: int | None = None
+
+
+def _inclusion_check(trail_id) -> _Inclusion:
+    """Is the trail's sealed leaf in the global log, under a checkpoint signed by our key?"""
+    trail = str(trail_id)
+    if not LedgerEntry.objects.filter(trail_id=trail_id).exists():
+        return _Inclusion(
+            [Failure("ledger", trail, None, "the trail is not sealed into the global log")]
+        )
+    inclusion = inclusion_of(trail_id)
+    checkpoint = inclusion.checkpoint
+    label = f"checkpoint {checkpoint.id} (size {checkpoint.tree_size})"
+    result = _Inclusion([], checkpoint.id, checkpoint.tree_size)
+    try:
+        signed = checkpoints.parse_and_verify(checkpoint.note, signing_key().verifier)
+    except checkpoints.CheckpointError as exc:
+        result.failures.append(Failure("checkpoint", None, None, f"{label}: {exc}"))
+        return result
+    if (signed.size, signed.root.hex()) != (checkpoint.tree_size, checkpoint.root_hash):
+        result.failures.append(
+            Failure("checkpoint", None, None, f"{label}: the signed note differs from the row")
+        )
+    if json.loads(inclusion.leaf_payload).get("trail") != trail:
+        result.failures.append(
+            Failure(
+                "ledger", trail, None, f"ledger leaf {inclusion.leaf_index} names another trail"
+            )
+        )
+    included = merkle.verify_inclusion(
+        inclusion.leaf_index,
+        signed.size,
+        merkle.leaf_hash(inclusion.leaf_payload.encode("utf-8")),
+        inclusion.proof,
+        signed.root,
+    )
+    if not included:
+        result.failures.append(
+            Failure(
+                "ledger",
+                trail,
+                None,
+                f"ledger leaf {inclusion.leaf_index} does not prove into the root of {label}",
+            )
+        )
+    result.checkpoint_size = signed.size
+    return result
+
+
+def trail_verify(*, user, job: GenerationJob) -> TrailVerification:
+    """Check the trail's chain (every link, its head against the ledger) and its inclusion in
+    the signed global log; store the verdict and log it."""
+    if job.trail_id is None:
+        raise PortalRefusal("this job has no audit trail yet: there is nothing to verify")
+    report = verify_trails([job.trail_id], scope=f"trail {job.trail_id} (portal)")
+    inclusion = _inclusion_check(job.trail_id)
+    failures = [*report.failures, *inclusion.failures]
+    with transaction.atomic():
+        verification = TrailVerification.objects.create(
+            job=job,
+            trail_id=job.trail_id,
+            ok=not failures,
+            first_failure=str(failures[0]) if failures else "",
+            checkpoint_size=inclusion.checkpoint_size,
+            user=user,
+            at=timezone.now(),
+        )
+        custody_append(
+            user=user,
+            action=CustodyEvent.Action.VERIFY,
+            job=job,
+            detail={
+                "verification": verification.pk,
+                "ok": verification.ok,
+                "records": report.records_checked,
+                "failures": len(failures),
+                "first_failure": verification.first_failure or None,
+                "checkpoint": inclusion.checkpoint_id,
+                "checkpoint_size": inclusion.checkpoint_size,
+            },
+        )
+    return verification
+
+
+def replay_start(*, user, job: GenerationJob) -> Replay:
+    """Queue a replay of the job on a worker (on commit) and log the request."""
+    with transaction.atomic():
+        try:
+            replay = replay_request(job=job, user=user)
+        except ValueError as exc:
+            raise PortalRefusal(str(exc)) from exc
+        custody_append(
+            user=user,
+            action=CustodyEvent.Action.REPLAY,
+            job=job,
+            detail={"replay": str(replay.id)},
+        )
+    return replay
+
+
+@dataclass
+class Bundle:
+    handle: object  # an open binary file; its path is already unlinked
+    filename: str
+    size: int
+    sha256: str
+
+
+def bundle_export(*, user, job: GenerationJob) -> Bundle:
+    """The trail's evidence bundle (audit.export), in an anonymous temporary file, and its
+    custody event naming the bundle's SHA-256."""
+    if job.trail_id is None:
+        raise PortalRefusal("this job has no audit trail yet: there is nothing to export")
+    descriptor, path = tempfile.mkstemp(prefix="pathfinder-", suffix=".zip")
+    os.close(descriptor)
+    try:
+        try:
+            trail_export(trail_id=job.trail_id, out=path)
+        except ExportError as exc:
+            raise PortalRefusal(str(exc)) from exc
+        handle = open(path, "rb")  # noqa: SIM115 - the response closes it
+    finally:
+        os.unlink(path)  # the open handle keeps the data until the response is sent
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(chunk)
+    size = handle.tell()
+    handle.seek(0)
+    filename = f"pathfinder-{job.id}.zip"
+    custody_append(
+        user=user,
+        action=CustodyEvent.Action.EXPORT,
+        job=job,
+        detail={"filename": filename, "bytes": size, "sha256": digest.hexdigest()},
+    )
+    return Bundle(handle=handle, filename=filename, size=size, sha256=digest.hexdigest())
+
+
+def annotation_create(*, user, job: GenerationJob, text: str, step: int | None) -> Annotation:
+    with transaction.atomic():
+        annotation = Annotation.objects.create(
+            job=job, trail_id=job.trail_id, step=step, text=text, user=user
+        )
+        custody_append(
+            user=user,
+            action=CustodyEvent.Action.ANNOTATE,
+            job=job,
+            detail={"annotation": annotation.pk, "step": step, "text": text},
+        )
+    return annotation
+
+
+def sign_off_create(*, user, job: GenerationJob) -> SignOff:
+    """ "Reviewed and verified by NAME at TIME", only on a trail whose latest verification is ok."""
+    if job.trail_id is None:
+        raise PortalRefusal("Sign-off refused: this job has no audit trail yet.")
+    with transaction.atomic():
+        latest = (
+            TrailVerification.objects.select_for_update()
+            .filter(job=job, trail_id=job.trail_id)
+            .order_by("-at", "-id")
+            .first()
+        )
+        if latest is None:
+            raise PortalRefusal(
+                "Sign-off refused: the trail has never been verified. Verify it first."
+            )
+        if not latest.ok:
+            raise PortalRefusal(
+                "Sign-off refused: the trail's latest verification found it broken "
+                f"({latest.first_failure})."
+            )
+        sign_off = SignOff.objects.create(
+            job=job, trail_id=job.trail_id, verification=latest, user=user, at=timezone.now()
+        )
+        custody_append(
+            user=user,
+            action=CustodyEvent.Action.SIGN_OFF,
+            job=job,
+            detail={"sign_off": sign_off.pk, "verification": latest.pk},
+        )
+    return sign_off
+
+
+def reviewer_upsert(
+    *, username: str, password: str | None, matter_names: list[str]
+) -> tuple[object, bool, list[Matter]]:
+    """Create or update a reviewer and grant the named matters (creating missing matters).
+    A new user without a password gets an unusable one."""
+    User = get_user_model()
+    with transaction.atomic():
+        user, created = User.objects.get_or_create(username=username)
+        if password:
+            user.set_password(password)
+        elif created:
+            user.set_unusable_password()
+        user.save()
+        matters = []
+        for name in matter_names:
+            matter, _ = Matter.objects.get_or_create(name=name)
+            MatterGrant.objects.get_or_create(user=user, matter=matter)
+            matters.append(matter)
+    return user, created, matters

@@ -1,0 +1,20 @@
+"""The portal's URLs, mounted at /portal/."""
+
+from django.urls import path
+
+from . import views
+
+app_name = "reviewers"
+
+urlpatterns = [
+    path("", views.trail_list, name="trails"),
+    path("jobs/<uuid:job_id>/", views.job_walk, name="job"),
+    path("jobs/<uuid:job_id>/step", views.job_step, name="step"),
+    path("jobs/<uuid:job_id>/verify", views.job_verify, name="verify"),
+    path("jobs/<uuid:job_id>/replay", views.job_replay, name="replay_start"),
+    path("jobs/<uuid:job_id>/export", views.job_export, name="export"),
+    path("jobs/<uuid:job_id>/annotations", views.job_annotate, name="annotate"),
+    path("jobs/<uuid:job_id>/sign-off", views.job_sign_off, name="sign_off"),
+    path("replays/<uuid:replay_id>", views.replay_status, name="replay"),
+    path("custody/", views.custody_log, name="custody"),
+]
