@@ -19,7 +19,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import redis
 import requests
 from psycopg import sql
 
@@ -28,6 +27,8 @@ from tests.system.helpers import (
     auth,
     broker_url,
     describe,
+    drop_database,
+    forget_queue,
     free_port,
     last_line,
     postgres_url,
@@ -191,21 +192,8 @@ def portal(tmp_path_factory) -> Iterator[Portal]:
         yield portal
     finally:
         stop_all(portal.processes)
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
-            )
-        _forget_queue(env["CELERY_BROKER_URL"], env["PATHFINDER_TASK_QUEUE"])
-
-
-def _forget_queue(broker: str, queue: str) -> None:
-    client = redis.Redis.from_url(broker)
-    try:
-        keys = list(client.scan_iter(match=f"*{queue}*"))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
+        drop_database(admin_url, database)
+        forget_queue(env["CELERY_BROKER_URL"], env["PATHFINDER_TASK_QUEUE"])
 
 
 # --- the browser ----------------------------------------------------------------------------------

@@ -15,13 +15,14 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-import redis
 from psycopg import sql
 
 from .helpers import (
     Stack,
     broker_url,
     describe,
+    drop_database,
+    forget_queue,
     free_port,
     last_line,
     postgres_url,
@@ -98,22 +99,8 @@ def postgres_stack(tmp_path_factory) -> Iterator[Stack]:
         yield stack
     finally:
         stop_all(list(stack.processes.values()))
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
-            )
+        drop_database(admin_url, database)
         forget_queue(env["CELERY_BROKER_URL"], env["PATHFINDER_TASK_QUEUE"])
-
-
-def forget_queue(broker: str, queue: str) -> None:
-    """Delete the Redis keys kombu keeps for the stack's queue (the name is unique to the run)."""
-    client = redis.Redis.from_url(broker)
-    try:
-        keys = list(client.scan_iter(match=f"*{queue}*"))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 @pytest.hookimpl(wrapper=True)

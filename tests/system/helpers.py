@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+import psycopg
+import redis
 import requests
+from psycopg import sql
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 60
@@ -249,3 +252,21 @@ def wait_for(stack: Stack, job_id: str, timeout: float = 60, key: str | None = N
             return job
         time.sleep(0.1)
     raise AssertionError(f"job {job_id} still {job.get('status')!r} after {timeout}s: {job}")
+
+
+def drop_database(admin_url: str, database: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+        )
+
+
+def forget_queue(broker: str, queue: str) -> None:
+    """Delete the Redis keys kombu keeps for a stack's queue (the name is unique to the run)."""
+    client = redis.Redis.from_url(broker)
+    try:
+        keys = list(client.scan_iter(match=f"*{queue}*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
