@@ -10,6 +10,7 @@ from .chain import ledger_genesis_hash
 # Tables whose rows may never change or disappear.
 APPEND_ONLY_TABLES = ("audit_decisionrecord", "audit_ledgerentry", "audit_verificationrun")
 
+# Migration 0005 replaces the two insert checks below with indexed head lookups.
 POSTGRES_FUNCTIONS = f"""
 CREATE OR REPLACE FUNCTION audit_reject_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
