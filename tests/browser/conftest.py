@@ -17,15 +17,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 import requests
-from psycopg import sql
 
 from tests.system.helpers import (
     Stack,
     auth,
     broker_url,
+    create_database,
     describe,
     drop_database,
     forget_queue,
@@ -104,13 +103,7 @@ def _wait_for_all(stack: Stack, pending: dict[str, tuple[str, str]]) -> dict[str
 def portal(tmp_path_factory) -> Iterator[Portal]:
     suffix = secrets.token_hex(4)
     database = f"pathfinder_browser_{suffix}"
-    admin_url = postgres_url("postgres")
-    try:
-        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        pytest.fail(f"browser tests need PostgreSQL at {admin_url}: {exc}")
-    with admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    admin_url = create_database(database)
     database_url = postgres_url(database)
     var_dir = tmp_path_factory.mktemp("browser-var")
     log_dir = tmp_path_factory.mktemp("browser-logs")

@@ -13,13 +13,12 @@ import socket
 import sys
 from collections.abc import Iterator
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from .helpers import (
     Stack,
     broker_url,
+    create_database,
     describe,
     drop_database,
     forget_queue,
@@ -37,13 +36,7 @@ from .helpers import (
 def postgres_stack(tmp_path_factory) -> Iterator[Stack]:
     suffix = secrets.token_hex(4)
     database = f"pathfinder_sys_{suffix}"
-    admin_url = postgres_url("postgres")
-    try:
-        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        pytest.fail(f"system tests need PostgreSQL at {admin_url}: {exc}")
-    with admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    admin_url = create_database(database)
     database_url = postgres_url(database)
     env = {
         **os.environ,

@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import psycopg
+import pytest
 import redis
 import requests
 from psycopg import sql
@@ -252,6 +253,19 @@ def wait_for(stack: Stack, job_id: str, timeout: float = 60, key: str | None = N
             return job
         time.sleep(0.1)
     raise AssertionError(f"job {job_id} still {job.get('status')!r} after {timeout}s: {job}")
+
+
+def create_database(database: str) -> str:
+    """Create a database of the test's own on this machine's PostgreSQL; return the admin URL
+    (the `postgres` database) that drops it afterwards."""
+    admin_url = postgres_url("postgres")
+    try:
+        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"these tests need PostgreSQL at {admin_url}: {exc}")
+    with admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    return admin_url
 
 
 def drop_database(admin_url: str, database: str) -> None:
