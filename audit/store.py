@@ -1,8 +1,8 @@
-"""Transactional writes to the audit store: open a trail, append a record, seal a trail.
+"""Transactional writes to the audit store: open a trail, append records, seal a trail.
 
-Appends lock the trail row (SELECT ... FOR UPDATE), so records of one trail are written one at a
-time; sealing takes a short global lock to extend the ledger, once per job rather than per step, so
-many workers decode in parallel.
+Appends lock the trail row (SELECT ... FOR UPDATE), so records of one trail are written one
+batch at a time; sealing takes a short global lock to extend the ledger, once per job rather
+than per step, so many workers decode in parallel.
 """
 
 from __future__ import annotations
@@ -33,21 +33,32 @@ def trail_open(*, job_id: uuid.UUID, attempt: int) -> Trail:
 
 def trail_append(*, trail_id: uuid.UUID, payload: dict) -> DecisionRecord:
     """Append one record and commit it before returning (the caller releases tokens after)."""
-    text = chain.canonical_json(payload)
+    return trail_append_many(trail_id=trail_id, texts=[chain.canonical_json(payload)])[-1]
+
+
+def trail_append_many(*, trail_id: uuid.UUID, texts: list[str]) -> list[DecisionRecord]:
+    """Append records (canonical JSON texts, in order) in one transaction and commit them.
+
+    One trail-row lock, one multi-row INSERT and one head update for the lot: the rows, hashes
+    and trigger checks are exactly those of appending them one by one.
+    """
     with transaction.atomic():
         trail = Trail.objects.select_for_update().get(pk=trail_id)
         if trail.status != Trail.Status.OPEN:
             raise TrailClosed(f"trail {trail.id} is sealed")
-        seq = trail.record_count
-        record = DecisionRecord.objects.create(
-            trail=trail,
-            seq=seq,
-            payload=text,
-            prev_hash=trail.head_hash,
-            record_hash=chain.record_hash(str(trail.id), seq, trail.head_hash, text),
-        )
-        Trail.objects.filter(pk=trail.pk).update(record_count=seq + 1, head_hash=record.record_hash)
-    return record
+        seq, head = trail.record_count, trail.head_hash
+        records = []
+        for text in texts:
+            digest = chain.record_hash(str(trail.id), seq, head, text)
+            records.append(
+                DecisionRecord(
+                    trail=trail, seq=seq, payload=text, prev_hash=head, record_hash=digest
+                )
+            )
+            seq, head = seq + 1, digest
+        DecisionRecord.objects.bulk_create(records)
+        Trail.objects.filter(pk=trail.pk).update(record_count=seq, head_hash=head)
+    return records
 
 
 def trail_seal(*, trail_id: uuid.UUID, outcome: str) -> LedgerEntry:

@@ -17,7 +17,7 @@ from django.utils import timezone
 from audit.chain import canonical_json
 from audit.models import DecisionRecord
 from decoding import runtime
-from decoding.engine import ReplayOverrun, ReplaySchedule, SpeculativeDecoder, StepRecord
+from decoding.engine import AuditSink, ReplayOverrun, ReplaySchedule, SpeculativeDecoder, StepRecord
 from decoding.models import GenerationJob, Replay
 from decoding.services import request_for
 from decoding.text import StopStrings
@@ -51,7 +51,7 @@ def _enqueue(replay_id: uuid.UUID) -> None:
     replay_job.delay(str(replay_id))
 
 
-class _Collect:
+class _Collect(AuditSink):
     """An in-memory sink: a replay's records are compared, never stored."""
 
     def __init__(self) -> None:

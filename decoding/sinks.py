@@ -1,14 +1,31 @@
-"""The engine's audit sink, backed by the audit store: each record is committed before returning."""
+"""The engine's audit sink, backed by the audit store."""
 
 import uuid
 
-from audit.store import trail_append
-from decoding.engine import StepRecord
+from audit.chain import canonical_json
+from audit.store import trail_append_many
+from decoding.engine import AuditSink, StepRecord
+
+# Records held before a commit is forced, when the decoder releases nothing in between: a
+# transaction per step costs 14-26% of decode time on a CPU model, one per 16 steps ~3%
+# (bench/results). The decoder still flushes before any token leaves.
+BATCH_STEPS = 16
 
 
-class TrailSink:
-    def __init__(self, trail_id: uuid.UUID):
+class TrailSink(AuditSink):
+    """Appends records to one trail, in one transaction per batch of steps."""
+
+    def __init__(self, trail_id: uuid.UUID, *, batch_steps: int = BATCH_STEPS):
         self.trail_id = trail_id
+        self._batch_steps = batch_steps
+        self._pending: list[str] = []
 
     def record(self, record: StepRecord) -> None:
-        trail_append(trail_id=self.trail_id, payload=record.payload())
+        self._pending.append(canonical_json(record.payload()))
+        if len(self._pending) >= self._batch_steps:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            trail_append_many(trail_id=self.trail_id, texts=self._pending)
+            self._pending = []

@@ -7,9 +7,9 @@ audit sink has committed the step's record; if it cannot, nothing of the step is
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from .drafters.base import Drafter
 from .params import GenerationParams, GenerationRequest
@@ -20,9 +20,17 @@ from .schedule import DraftSchedule, FixedSchedule
 from .tokenizer import Tokenizer
 
 
-class AuditSink(Protocol):
+class AuditSink(ABC):
+    """Where the decoder hands each step's record. A sink may hold records and commit several in
+    one transaction; the decoder calls flush() before it releases any token (to on_step, or in
+    the result), so no token leaves before its record is committed."""
+
+    @abstractmethod
     def record(self, record: StepRecord) -> None:
-        """Return only once the record is durably committed; raise if it cannot be."""
+        """Take one record; commit it now or hold it until flush(). Raise if it cannot be kept."""
+
+    def flush(self) -> None:  # noqa: B027 - a sink that commits in record() has nothing to do
+        """Return only once every record taken so far is durably committed; raise if not."""
 
 
 class AuditUnavailable(Exception):
@@ -107,7 +115,8 @@ class SpeculativeDecoder:
         params.draft_length); it holds one request's state. stop is asked, once a step's tokens
         are decided and before its record is written, whether the output so far (those tokens
         included) should end generation; the record then says "stop". on_step receives each
-        committed record, whose emitted tokens may then be released.
+        committed record, whose emitted tokens may then be released; without on_step the sink
+        may batch the records of several steps (they are all committed before this returns).
         """
         params = request.params
         vocab = self._target.vocab_size
@@ -169,7 +178,7 @@ class SpeculativeDecoder:
                 **self._texts(proposed, verdict, emitted),
             )
             committing = time.perf_counter_ns()
-            self._commit(record)
+            self._commit(record, flush=on_step is not None or stop_reason is not None)
             committed = time.perf_counter_ns()
             audit_ns += committed - committing
             output.extend(emitted)
@@ -208,9 +217,12 @@ class SpeculativeDecoder:
             "emitted_text": kept_text[: len(emitted)],
         }
 
-    def _commit(self, record: StepRecord) -> None:
+    def _commit(self, record: StepRecord, *, flush: bool) -> None:
+        """Hand the record to the sink; with flush, return only once everything is committed."""
         try:
             self._sink.record(record)
+            if flush:
+                self._sink.flush()
         except AuditUnavailable:
             raise
         except Exception as exc:

@@ -9,6 +9,7 @@ from django.db import connection
 
 from audit.models import DecisionRecord, LedgerEntry, Trail, VerificationRun
 from audit.verification import verify_trails
+from decoding.sinks import BATCH_STEPS
 
 
 def emitted_by_records(trail_id) -> list[int]:
@@ -37,15 +38,16 @@ def test_eos_ends_the_output_with_the_eos_token(run_job):
 
 
 @pytest.fixture
-def disk_full_after_two_records():
-    """A real PostgreSQL error on the audit insert path: the third record's INSERT fails the way
-    a full tablespace fails (SQLSTATE 53100). Rolled back with the test."""
+def disk_full_in_the_second_batch():
+    """A real PostgreSQL error on the audit insert path: the INSERT of record BATCH_STEPS + 2
+    fails the way a full tablespace fails (SQLSTATE 53100), so the first batch of records is
+    committed and the second is not. Rolled back with the test."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
             CREATE FUNCTION pg_temp.disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
-                IF NEW.seq >= 2 THEN
+                IF NEW.seq >= %s THEN
                     RAISE EXCEPTION 'could not extend file: No space left on device'
                         USING ERRCODE = 'disk_full';
                 END IF;
@@ -53,24 +55,36 @@ def disk_full_after_two_records():
             END $$;
             CREATE TRIGGER test_disk_full BEFORE INSERT ON audit_decisionrecord
                 FOR EACH ROW EXECUTE FUNCTION pg_temp.disk_full();
-            """
+            """,
+            [BATCH_STEPS + 1],
         )
 
 
 def test_a_store_that_cannot_commit_fails_the_job_closed(
-    run_job, owner, disk_full_after_two_records
+    run_job, owner, disk_full_in_the_second_batch
 ):
-    job = run_job(max_tokens=40)
+    job = run_job(max_tokens=200)
     assert job.status == "failed"
     assert "audit store unavailable" in job.error
     assert "No space left on device" in job.error
     assert job.output_token_ids == []
     # What was committed before the fault still verifies, and the API releases no text.
-    assert DecisionRecord.objects.filter(trail_id=job.trail_id).count() == 2
+    assert DecisionRecord.objects.filter(trail_id=job.trail_id).count() == BATCH_STEPS
     assert verify_trails([job.trail_id], scope="test").ok
     body = owner.api.get(f"/api/v1/generations/{job.id}").json()
     assert (body["status"], body["output_token_ids"]) == ("failed", [])
     assert "audit store unavailable" in body["error"]
+
+
+def test_records_committed_in_batches_chain_exactly_as_one_by_one(run_job):
+    job = run_job(max_tokens=200)
+    assert job.steps > 2 * BATCH_STEPS  # three transactions, the last one partial
+    records = list(DecisionRecord.objects.filter(trail_id=job.trail_id).order_by("seq"))
+    trail = Trail.objects.get(pk=job.trail_id)
+    assert [r.seq for r in records] == list(range(job.steps)) == list(range(trail.record_count))
+    assert [r.prev_hash for r in records[1:]] == [r.record_hash for r in records[:-1]]
+    assert trail.head_hash == records[-1].record_hash
+    assert verify_trails([trail.id], scope="test").ok
 
 
 def test_verify_chain_reports_intact_as_json_exits_0_and_records_its_run(run_job, capsys):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from decoding.engine import StepRecord
+from decoding.engine import AuditSink, StepRecord
 from decoding.engine.weights import default_gguf_path
 
 # Set before any test module imports transformers, which reads it once: never the model hub.
@@ -33,7 +33,7 @@ THREADS = 1
 LOGIT_SCALE = 15.0
 
 
-class ListSink:
+class ListSink(AuditSink):
     """An audit sink that commits records to a list."""
 
     def __init__(self) -> None:
@@ -128,3 +128,14 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
         tokenizer.save_pretrained(directory)
         models[f"tiny{layers}"] = directory
     return models
+
+
+@pytest.fixture(scope="session")
+def tiny_ggufs(tiny_models, tmp_path_factory) -> dict[str, Path]:
+    """The same two random Llamas as GGUF files for llama.cpp (float32, same token ids)."""
+    from .tiny_gguf import write_llama_gguf
+
+    root = tmp_path_factory.mktemp("tiny-ggufs")
+    return {
+        name: write_llama_gguf(path, root / f"{name}.gguf") for name, path in tiny_models.items()
+    }

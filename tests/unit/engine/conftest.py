@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from decoding.engine import (
+    AuditSink,
     DraftModelDrafter,
     ModelIdentity,
     Provider,
@@ -69,7 +70,7 @@ class FakeTokenizer(Tokenizer):
         return "é" if token_id == 7 else f"<{token_id}>"
 
 
-class MemorySink:
+class MemorySink(AuditSink):
     """Commits records to a list; raises instead of committing the record number `fail_on`."""
 
     def __init__(self, fail_on: int | None = None):

@@ -7,6 +7,7 @@ import pytest
 
 from decoding.engine import (
     AdaptiveSchedule,
+    AuditSink,
     AuditUnavailable,
     DraftModelDrafter,
     DraftSchedule,
@@ -185,6 +186,62 @@ def test_it_fails_closed_when_the_audit_sink_cannot_commit(draft_model, target, 
     assert streamed == [t for p in (r.payload() for r in sink.records) for t in p["emitted"]]
 
 
+class BatchingSink(AuditSink):
+    """Holds records until flush(), like TrailSink; `committed` is what a reader of the store
+    would see. Raises on the flush number `fail_on`."""
+
+    def __init__(self, fail_on: int | None = None):
+        self.held: list = []
+        self.committed: list = []
+        self.flushes = 0
+        self._fail_on = fail_on
+
+    def record(self, record):
+        self.held.append(record)
+
+    def flush(self):
+        self.flushes += 1
+        if self.flushes == self._fail_on:
+            raise OSError("could not write")
+        self.committed.extend(self.held)
+        self.held.clear()
+
+
+def test_without_a_listener_a_sink_may_batch_and_everything_is_committed_before_the_result(
+    draft_model, target
+):
+    sink = BatchingSink()
+    decoder = SpeculativeDecoder(DraftModelDrafter(draft_model), target, sink)
+    result = decoder.generate(GenerationRequest("r", (1, 2), GenerationParams(max_tokens=40)))
+    assert result.steps > 1
+    assert sink.flushes == 1 and sink.held == []
+    assert [t for r in sink.committed for t in r.emitted] == list(result.output_token_ids)
+
+
+def test_a_listener_only_ever_receives_records_already_committed(draft_model, target):
+    sink = BatchingSink()
+    decoder = SpeculativeDecoder(DraftModelDrafter(draft_model), target, sink)
+    seen = []
+
+    def on_step(record):
+        seen.append(record)
+        assert sink.committed[-1] is record and sink.held == []
+
+    result = decoder.generate(
+        GenerationRequest("r", (1, 2), GenerationParams(max_tokens=40)), on_step=on_step
+    )
+    assert len(seen) == result.steps == sink.flushes
+
+
+def test_a_failed_flush_fails_closed_and_releases_nothing_it_held(draft_model, target):
+    sink = BatchingSink(fail_on=1)
+    decoder = SpeculativeDecoder(DraftModelDrafter(draft_model), target, sink)
+    with pytest.raises(AuditUnavailable) as failure:
+        decoder.generate(GenerationRequest("r", (1, 2), GenerationParams(max_tokens=40)))
+    assert isinstance(failure.value.__cause__, OSError)
+    assert sink.committed == []
+
+
 def test_it_refuses_a_drafter_whose_vocabulary_differs_from_the_target(target, sink):
     with pytest.raises(ValueError, match="vocabulary"):
         SpeculativeDecoder(DraftModelDrafter(StubProvider(vocab_size=16)), target, sink)
@@ -282,7 +339,7 @@ def test_end_of_sequence_outranks_the_stop_condition_which_outranks_the_token_li
     assert never.stop_reason == "max_tokens"
 
 
-class SlowSink:
+class SlowSink(AuditSink):
     SECONDS = 0.002
 
     def __init__(self, sink):
