@@ -7,8 +7,9 @@ PY := $(VENV)/bin/python
 # The test suite talks to the PostgreSQL and Redis on this machine.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/pathfinder
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
+TEST_CACHE_URL ?= redis://127.0.0.1:6379/1
 
-.PHONY: install run test lint format clean
+.PHONY: install run test lint schema format clean
 
 install: $(VENV)/.installed
 
@@ -43,12 +44,20 @@ run: install
 	$(PY) manage.py serve
 
 test: install
-	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) HF_HUB_OFFLINE=1 \
+	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) CACHE_URL=$(TEST_CACHE_URL) \
+		HF_HUB_OFFLINE=1 \
 		$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	@# The OpenAPI schema: no warning, and no drift from the committed docs/openapi.yaml.
+	$(PY) manage.py spectacular --validate --fail-on-warn --file var/openapi.yaml
+	diff -u docs/openapi.yaml var/openapi.yaml || \
+		(echo "docs/openapi.yaml is stale: run make schema and commit it" && exit 1)
+
+schema: install
+	$(PY) manage.py spectacular --validate --fail-on-warn --file docs/openapi.yaml
 
 format: install
 	$(VENV)/bin/ruff check --fix .

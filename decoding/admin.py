@@ -1,6 +1,7 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from .models import ApiKey, GenerationJob, Matter, ModelSpec
+from .services import api_key_revoke
 
 
 @admin.register(Matter)
@@ -11,10 +12,16 @@ class MatterAdmin(admin.ModelAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ("name", "matter", "prefix", "created_at", "revoked_at")
+    list_display = ("name", "matter", "prefix", "scopes", "created_at", "expires_at", "revoked_at")
     list_filter = ("matter",)
-    readonly_fields = ("prefix", "key_hash", "created_at")
+    readonly_fields = ("prefix", "key_hash", "created_at", "revoked_at")
     search_fields = ("name", "prefix")
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke(self, request, queryset):
+        revoked = sum(api_key_revoke(key=key) for key in queryset)
+        self.message_user(request, f"Revoked {revoked} key(s).", messages.SUCCESS)
 
     def has_add_permission(self, request):
         # The raw key must be shown once to its owner: create keys with `manage.py create_api_key`.

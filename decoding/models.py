@@ -19,9 +19,17 @@ class Matter(models.Model):
         return self.name
 
 
+def _all_scopes() -> list[str]:
+    return list(ApiKey.Scope.values)
+
+
 class ApiKey(models.Model):
     """An application's credential. Only the SHA-256 of the key is stored: keys are 256-bit random
     strings, so an unsalted digest is as strong as the key and allows an indexed lookup."""
+
+    class Scope(models.TextChoices):
+        GENERATE = "generate", "submit and cancel generations"
+        READ = "read", "read generations, their trails and the models"
 
     matter = models.ForeignKey(Matter, on_delete=models.PROTECT, related_name="api_keys")
     name = models.CharField(max_length=200)
@@ -29,7 +37,9 @@ class ApiKey(models.Model):
         max_length=16, help_text="First characters of the key, to recognise it"
     )
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    scopes = models.JSONField(default=_all_scopes, help_text='Any of "generate", "read"')
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires")
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -45,6 +55,9 @@ class ApiKey(models.Model):
     @staticmethod
     def digest(raw_key: str) -> str:
         return hashlib.sha256(raw_key.encode("utf-8")).hexdigest()
+
+    def is_expired(self, now) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
 
 
 class ModelSpec(models.Model):
@@ -108,6 +121,9 @@ class GenerationJob(models.Model):
         RUNNING = "running"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     matter = models.ForeignKey(Matter, on_delete=models.PROTECT, related_name="jobs")
@@ -133,6 +149,9 @@ class GenerationJob(models.Model):
     seed = models.BigIntegerField()
     draft_length = models.PositiveIntegerField()
     eos_token_id = models.PositiveIntegerField(null=True, blank=True)
+    # A streamed job commits every step's record on its own, so each can be relayed at once.
+    stream = models.BooleanField(default=False)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
 
     # Written once, with the trail's seal, in the same transaction: only committed tokens.
     output_token_ids = models.JSONField(default=list, blank=True)
@@ -143,6 +162,8 @@ class GenerationJob(models.Model):
     accepted = models.PositiveIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     trail_id = models.UUIDField(null=True, blank=True)
+    # Per-request speculation: per step drafted/accepted, per-position acceptance, histogram.
+    metrics = models.JSONField(default=dict, blank=True)
 
     # Milliseconds. Speculation speeds up decoding only, so prefill is reported apart.
     load_ms = models.FloatField(null=True, blank=True)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 import uuid
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
@@ -13,7 +15,7 @@ from django.utils import timezone
 
 from audit.models import Trail
 from audit.store import trail_open, trail_seal
-from decoding import runtime
+from decoding import events, runtime
 from decoding.engine import (
     AuditUnavailable,
     GenerationParams,
@@ -39,19 +41,45 @@ JOB_PARAM_FIELDS = (
 )
 
 
+# A running job looks for a cancel request at a step boundary at most this often (one query).
+CANCEL_CHECK_S = 0.2
+
+
 class QueueUnavailable(Exception):
     """The job was stored but could not be handed to a worker; it has been failed, not lost."""
 
 
-def api_key_create(*, matter_name: str, name: str) -> tuple[ApiKey, str]:
+class JobFinished(Exception):
+    """The job already ended; there is nothing left to cancel."""
+
+
+def api_key_create(
+    *,
+    matter_name: str,
+    name: str,
+    scopes: list[str] | None = None,
+    expires_at=None,
+) -> tuple[ApiKey, str]:
     """Create a key for a matter (creating the matter if needed). The raw key is returned once."""
     raw_key = f"pf_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
         matter, _ = Matter.objects.get_or_create(name=matter_name)
         key = ApiKey.objects.create(
-            matter=matter, name=name, prefix=raw_key[:10], key_hash=ApiKey.digest(raw_key)
+            matter=matter,
+            name=name,
+            prefix=raw_key[:10],
+            key_hash=ApiKey.digest(raw_key),
+            scopes=list(scopes) if scopes else list(ApiKey.Scope.values),
+            expires_at=expires_at,
         )
     return key, raw_key
+
+
+def api_key_revoke(*, key: ApiKey) -> bool:
+    """Revoke the key from now on; False if it was already revoked."""
+    return bool(
+        ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    )
 
 
 def job_params(spec: ModelSpec, given: dict) -> dict:
@@ -88,6 +116,7 @@ def job_submit(
     messages: list[dict] | None = None,
     stop: list[str] | None = None,
     request_id: str | None = None,
+    stream: bool = False,
     enqueue: bool = True,
     **given,
 ) -> tuple[GenerationJob, bool]:
@@ -111,6 +140,7 @@ def job_submit(
                 messages=messages,
                 prompt_token_ids=prompt.token_ids,
                 stop=stop or [],
+                stream=stream,
                 **job_params(spec, given),
             )
             if enqueue:
@@ -163,7 +193,15 @@ def job_run(*, job_id: uuid.UUID) -> None:
         )
         schedule = models.schedule(job.draft_length)
         stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
-        result = decoder.generate(request_for(job), schedule=schedule, stop=stop)
+        # A stream's steps are committed one by one and announced; otherwise records batch.
+        announce = (lambda record: events.publish(job.id)) if job.stream else None
+        result = decoder.generate(
+            request_for(job),
+            schedule=schedule,
+            stop=stop,
+            on_step=announce,
+            cancelled=_cancel_requested(job.id),
+        )
     except AuditUnavailable as exc:
         cause = exc.__cause__ or exc
         _fail(job, trail, f"audit store unavailable, no output released: {cause}")
@@ -173,6 +211,69 @@ def job_run(*, job_id: uuid.UUID) -> None:
         _fail(job, trail, f"generation failed: {exc}")
         return
     _succeed(job, trail, result, output_text(models.tokenizer, result.output_token_ids, job.stop))
+
+
+def _cancel_requested(job_id: uuid.UUID) -> Callable[[], bool]:
+    """The engine's cancel check: one indexed read, at most every CANCEL_CHECK_S seconds."""
+    last = time.monotonic()
+
+    def cancelled() -> bool:
+        nonlocal last
+        if time.monotonic() - last < CANCEL_CHECK_S:
+            return False
+        last = time.monotonic()
+        return GenerationJob.objects.filter(pk=job_id, cancel_requested_at__isnull=False).exists()
+
+    return cancelled
+
+
+def job_cancel(*, job: GenerationJob) -> GenerationJob:
+    """Cancel a job: a queued one at once (it never runs), a running one at its next step
+    boundary (its output is what was recorded; the trail is sealed as cancelled)."""
+    now = timezone.now()
+    with transaction.atomic():
+        GenerationJob.objects.filter(pk=job.pk, cancel_requested_at__isnull=True).update(
+            cancel_requested_at=now
+        )
+        never_ran = GenerationJob.objects.filter(
+            pk=job.pk, status=GenerationJob.Status.QUEUED
+        ).update(status=GenerationJob.Status.CANCELLED, finished_at=now)
+    job.refresh_from_db()
+    if job.status in (GenerationJob.Status.SUCCEEDED, GenerationJob.Status.FAILED):
+        raise JobFinished(f"the job already {job.status}")
+    if never_ran:
+        events.publish(job.id)
+        logger.info("job cancelled before it ran", extra={"job_id": str(job.id)})
+    return job
+
+
+def job_metrics(step_counts) -> dict:
+    """Per-request speculation: what each step drafted and kept, the acceptance rate of each
+    draft position, and how often each accepted length occurred."""
+    drafted = [k for k, _ in step_counts]
+    accepted = [a for _, a in step_counts]
+    longest = max(drafted, default=0)
+    by_position = []
+    for position in range(1, longest + 1):
+        tried = sum(1 for k in drafted if k >= position)
+        kept = sum(1 for a in accepted if a >= position)
+        by_position.append(
+            {
+                "position": position,
+                "drafted": tried,
+                "accepted": kept,
+                "rate": round(kept / tried, 6),
+            }
+        )
+    histogram = [0] * (longest + 1)
+    for a in accepted:
+        histogram[a] += 1
+    return {
+        "drafted_per_step": drafted,
+        "accepted_per_step": accepted,
+        "acceptance_by_position": by_position,
+        "accepted_length_histogram": histogram,
+    }
 
 
 def request_for(job: GenerationJob) -> GenerationRequest:
@@ -185,10 +286,14 @@ def request_for(job: GenerationJob) -> GenerationRequest:
 
 def _succeed(job: GenerationJob, trail: Trail, result: GenerationResult, text: str) -> None:
     # The output appears in the same transaction that seals the trail whose records justify it.
+    cancelled = result.stop_reason == "cancelled"
     with transaction.atomic():
-        trail_seal(trail_id=trail.id, outcome=Trail.Outcome.SUCCEEDED)
+        trail_seal(
+            trail_id=trail.id,
+            outcome=Trail.Outcome.CANCELLED if cancelled else Trail.Outcome.SUCCEEDED,
+        )
         GenerationJob.objects.filter(pk=job.id).update(
-            status=GenerationJob.Status.SUCCEEDED,
+            status=GenerationJob.Status.CANCELLED if cancelled else GenerationJob.Status.SUCCEEDED,
             output_token_ids=list(result.output_token_ids),
             output_text=text,
             stop_reason=result.stop_reason,
@@ -198,10 +303,12 @@ def _succeed(job: GenerationJob, trail: Trail, result: GenerationResult, text: s
             prefill_ms=round(result.prefill_ns / 1e6, 1),
             decode_ms=round(result.decode_ns / 1e6, 1),
             audit_ms=round(result.audit_ns / 1e6, 1),
+            metrics=job_metrics(result.step_counts),
             finished_at=timezone.now(),
         )
+    events.publish(job.id)
     logger.info(
-        "job succeeded",
+        "job cancelled" if cancelled else "job succeeded",
         extra={
             "job_id": str(job.id),
             "request_id": job.request_id,
@@ -222,4 +329,5 @@ def _fail(job: GenerationJob, trail: Trail, reason: str) -> None:
     GenerationJob.objects.filter(pk=job.id).update(
         status=GenerationJob.Status.FAILED, error=reason, finished_at=timezone.now()
     )
+    events.publish(job.id)
     logger.warning("job failed", extra={"job_id": str(job.id), "error": reason})

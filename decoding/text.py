@@ -33,3 +33,38 @@ def output_text(tokenizer: Tokenizer | None, token_ids, stop: list[str]) -> str:
     text = tokenizer.decode(list(token_ids))
     cuts = [text.index(s) for s in stop if s in text]
     return text[: min(cuts)] if cuts else text
+
+
+class TextStream:
+    """A job's output text as deltas, while its committed tokens arrive.
+
+    Holds back an incomplete UTF-8 character (it decodes as U+FFFD until its last byte comes)
+    and the last characters that could still grow into a stop string, so the deltas always add
+    up to a prefix of the job's final output_text.
+    """
+
+    def __init__(self, tokenizer: Tokenizer | None, stop: list[str]):
+        self._tokenizer = tokenizer
+        self._stop = stop
+        self._hold = max((len(s) for s in stop), default=1) - 1
+        self._ids: list[int] = []
+        self._sent = 0
+
+    def push(self, token_ids) -> str:
+        self._ids.extend(token_ids)
+        if self._tokenizer is None or not token_ids:
+            return ""
+        full = self._tokenizer.decode(self._ids)
+        text = output_text(self._tokenizer, self._ids, self._stop)
+        end = len(text) if len(text) < len(full) else len(text) - self._hold
+        while end > self._sent and text[end - 1] == "\ufffd":
+            end -= 1
+        delta = text[self._sent : max(end, self._sent)]
+        self._sent += len(delta)
+        return delta
+
+    def finish(self, final_text: str) -> str:
+        """The rest of the job's final output text."""
+        delta = final_text[self._sent :]
+        self._sent = len(final_text)
+        return delta

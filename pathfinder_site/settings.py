@@ -23,6 +23,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "audit",
     "decoding",
     "reviewers",
@@ -123,6 +125,39 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "decoding.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_CLASSES": ["decoding.api.throttling.ApiKeyRateThrottle"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+# Requests per API key (DRF throttle rate syntax: "<n>/second|minute|hour|day"), counted in CACHES.
+PATHFINDER_RATE_LIMIT = env_str("PATHFINDER_RATE_LIMIT", "600/minute")
+# How long POST /v1/completions and /v1/chat/completions wait for a non-streamed job.
+PATHFINDER_SYNC_TIMEOUT_S = env_int("PATHFINDER_SYNC_TIMEOUT_S", 300, minimum=1)
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Pathfinder API",
+    "DESCRIPTION": "Audited speculative decoding: OpenAI-compatible endpoints under /v1/ and "
+    "the native API under /api/v1/. Authenticate with `Authorization: Bearer <API key>`.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "JobStatusEnum": "decoding.models.GenerationJob.Status",
+    },
+}
+
+# --- Cache: the throttles' counters. Shared Redis in production; per-process memory embedded ----
+CACHE_URL = env_str("CACHE_URL", "")
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+        if CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
 }
 
 # --- The global log's signed checkpoints ---------------------------------------------------------
@@ -148,6 +183,11 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "polling_interval": 0.2,
     }
 CELERY_TASK_DEFAULT_QUEUE = env_str("PATHFINDER_TASK_QUEUE", "pathfinder")
+# Workers publish "records committed" notices here (Redis pub/sub) so web processes relay a
+# stream without polling; empty (the embedded default) means web processes poll the database.
+PATHFINDER_EVENTS_URL = env_str(
+    "PATHFINDER_EVENTS_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else ""
+)
 CELERY_TASK_IGNORE_RESULT = True  # job state lives in the database, not a result backend
 CELERY_TASK_ACKS_LATE = True  # safe because run_generation claims its job atomically
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

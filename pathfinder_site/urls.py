@@ -1,11 +1,17 @@
 from django.contrib import admin
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from decoding.api.views import healthz
+
+handler404 = "decoding.api.views.not_found"
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/v1/", include("decoding.api.urls")),
+    path("v1/", include("decoding.openai_api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("portal/", include("reviewers.urls")),

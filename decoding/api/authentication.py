@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 
+from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
@@ -32,6 +33,8 @@ class ApiKeyAuthentication(BaseAuthentication):
         )
         if api_key is None:
             raise exceptions.AuthenticationFailed("authorization: invalid or revoked API key.")
+        if api_key.is_expired(timezone.now()):
+            raise exceptions.AuthenticationFailed("authorization: this API key has expired.")
         return ApiClient(api_key), api_key
 
     def authenticate_header(self, request):
@@ -40,5 +43,16 @@ class ApiKeyAuthentication(BaseAuthentication):
 
 
 class HasApiKey(BasePermission):
+    """An API key holding the view's scope: "generate" for writes, else "read" (a view may name
+    its own in `required_scope`)."""
+
     def has_permission(self, request, view):
-        return isinstance(request.auth, ApiKey)
+        if not isinstance(request.auth, ApiKey):
+            return False
+        read = request.method in ("GET", "HEAD", "OPTIONS")
+        default = ApiKey.Scope.READ if read else ApiKey.Scope.GENERATE
+        scope = str(getattr(view, "required_scope", None) or default)
+        if scope not in request.auth.scopes:
+            self.message = f"authorization: this API key lacks the {scope!r} scope."
+            return False
+        return True

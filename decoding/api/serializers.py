@@ -8,7 +8,7 @@ from django.urls import reverse
 from rest_framework import serializers
 
 from decoding import runtime
-from decoding.models import ModelSpec
+from decoding.models import GenerationJob, ModelSpec
 from decoding.prompts import PromptError, prompt_tokenize
 from decoding.selectors import trail_for_job
 
@@ -123,6 +123,19 @@ def _at_most(value: int, limit: int) -> int:
     return value
 
 
+class GenerationFilter(serializers.Serializer):
+    status = serializers.ChoiceField(choices=GenerationJob.Status.choices, required=False)
+    created_after = serializers.DateTimeField(required=False)
+    created_before = serializers.DateTimeField(required=False)
+
+    def to_internal_value(self, data):
+        known = {*self.fields, "cursor", "limit"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise serializers.ValidationError({unknown[0]: ["Unknown query parameter."]})
+        return super().to_internal_value(data)
+
+
 class GenerationOutput(serializers.Serializer):
     def to_representation(self, job):
         trail = trail_for_job(job)
@@ -164,6 +177,9 @@ class GenerationOutput(serializers.Serializer):
             "started_at": job.started_at,
             "finished_at": job.finished_at,
             "attempts": job.attempts,
+            "stream": job.stream,
+            "cancel_requested_at": job.cancel_requested_at,
+            "metrics": job.metrics or None,
             "trail": None
             if trail is None
             else {

@@ -44,8 +44,9 @@ class GenerationResult:
     steps: int
     drafted: int
     accepted: int
-    stop_reason: str  # "eos" | "max_tokens" | "stop"
+    stop_reason: str  # "eos" | "max_tokens" | "stop" | "cancelled"
     records_written: int
+    step_counts: tuple[tuple[int, int], ...]  # (drafted, accepted) of each step
     prefill_ns: int  # drafter and target taking in the prompt
     decode_ns: int  # from the first step's start to the last step's commit
     audit_ns: int  # inside sink.record, summed over the steps (part of decode_ns)
@@ -108,6 +109,7 @@ class SpeculativeDecoder:
         on_step: Callable[[StepRecord], None] | None = None,
         schedule: DraftSchedule | None = None,
         stop: Callable[[Sequence[int]], bool] | None = None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> GenerationResult:
         """Decode one request, committing each step's record before releasing its tokens.
 
@@ -117,6 +119,8 @@ class SpeculativeDecoder:
         included) should end generation; the record then says "stop". on_step receives each
         committed record, whose emitted tokens may then be released; without on_step the sink
         may batch the records of several steps (they are all committed before this returns).
+        cancelled is asked before each step; once it answers True no further step is taken and
+        the result (stop_reason "cancelled") holds the tokens of the steps already recorded.
         """
         params = request.params
         vocab = self._target.vocab_size
@@ -134,9 +138,13 @@ class SpeculativeDecoder:
         decode_started = time.perf_counter_ns()
 
         output: list[int] = []
+        step_counts: list[tuple[int, int]] = []
         drafted = accepted = step = audit_ns = 0
         stop_reason = None
         while stop_reason is None:
+            if cancelled is not None and cancelled():
+                stop_reason = "cancelled"
+                break
             context = [*prompt, *output]
             wanted = schedule.next_length(params.draft_length)
             if not 0 <= wanted <= params.draft_length:
@@ -178,17 +186,21 @@ class SpeculativeDecoder:
                 **self._texts(proposed, verdict, emitted),
             )
             committing = time.perf_counter_ns()
-            self._commit(record, flush=on_step is not None or stop_reason is not None)
-            committed = time.perf_counter_ns()
-            audit_ns += committed - committing
+            self._commit(record, flush=on_step is not None)
+            audit_ns += time.perf_counter_ns() - committing
             output.extend(emitted)
             drafted += k
             accepted += verdict.accepted_count
+            step_counts.append((k, verdict.accepted_count))
             step += 1
             schedule.observe(k, verdict.accepted_count)
             if on_step is not None:
                 on_step(record)
 
+        flushing = time.perf_counter_ns()
+        self._flush(step)  # before the result releases the output
+        committed = time.perf_counter_ns()
+        audit_ns += committed - flushing
         return GenerationResult(
             request_id=request.request_id,
             output_token_ids=tuple(output),
@@ -197,6 +209,7 @@ class SpeculativeDecoder:
             accepted=accepted,
             stop_reason=stop_reason,
             records_written=step,
+            step_counts=tuple(step_counts),
             prefill_ns=decode_started - prefill_started,
             decode_ns=committed - decode_started,
             audit_ns=audit_ns,
@@ -221,11 +234,21 @@ class SpeculativeDecoder:
         """Hand the record to the sink; with flush, return only once everything is committed."""
         try:
             self._sink.record(record)
-            if flush:
-                self._sink.flush()
         except AuditUnavailable:
             raise
         except Exception as exc:
             raise AuditUnavailable(
                 f"audit sink could not commit step {record.step} of request {record.request_id}"
+            ) from exc
+        if flush:
+            self._flush(record.step + 1)
+
+    def _flush(self, steps: int) -> None:
+        try:
+            self._sink.flush()
+        except AuditUnavailable:
+            raise
+        except Exception as exc:
+            raise AuditUnavailable(
+                f"audit sink could not commit the records of steps up to {steps - 1}"
             ) from exc

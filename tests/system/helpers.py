@@ -27,7 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 60
 DEFAULT_POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
-FINISHED = ("succeeded", "failed")
+FINISHED = {"succeeded", "failed", "cancelled"}
 
 
 # --- processes ------------------------------------------------------------------------------------

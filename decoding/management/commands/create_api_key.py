@@ -1,4 +1,7 @@
+import datetime as dt
+
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from decoding.models import ApiKey
 from decoding.services import api_key_create
@@ -11,6 +14,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--matter", required=True, help="the matter (legal case) the key serves"
         )
+        parser.add_argument(
+            "--scope",
+            action="append",
+            choices=ApiKey.Scope.values,
+            dest="scopes",
+            help="what the key may do (repeat for several; default: all)",
+        )
+        parser.add_argument(
+            "--expires-in-days", type=int, help="the key stops working after this many days"
+        )
         parser.add_argument("name", help="a name for the key, unique within the matter")
 
     def handle(self, *args, **options):
@@ -18,7 +31,19 @@ class Command(BaseCommand):
             raise CommandError(
                 f"matter {options['matter']!r} already has a key named {options['name']!r}"
             )
-        key, raw_key = api_key_create(matter_name=options["matter"], name=options["name"])
-        self.stdout.write(f"Created API key {key.name!r} for matter {key.matter.name!r}.")
+        days = options["expires_in_days"]
+        if days is not None and days < 1:
+            raise CommandError("--expires-in-days must be at least 1")
+        key, raw_key = api_key_create(
+            matter_name=options["matter"],
+            name=options["name"],
+            scopes=options["scopes"],
+            expires_at=timezone.now() + dt.timedelta(days=days) if days else None,
+        )
+        expiry = f", expires {key.expires_at:%Y-%m-%d %H:%M} UTC" if key.expires_at else ""
+        self.stdout.write(
+            f"Created API key {key.name!r} for matter {key.matter.name!r} "
+            f"(scopes: {', '.join(key.scopes)}{expiry})."
+        )
         self.stdout.write("Store it now; it is not shown again:")
         self.stdout.write(raw_key)

@@ -230,7 +230,27 @@ def test_a_listener_only_ever_receives_records_already_committed(draft_model, ta
     result = decoder.generate(
         GenerationRequest("r", (1, 2), GenerationParams(max_tokens=40)), on_step=on_step
     )
-    assert len(seen) == result.steps == sink.flushes
+    assert len(seen) == result.steps
+    assert sink.flushes == result.steps + 1  # and the last one, before the result: none held
+
+
+def test_a_cancelled_request_stops_at_a_step_boundary_with_what_was_recorded(draft_model, target):
+    sink = BatchingSink()
+    decoder = SpeculativeDecoder(DraftModelDrafter(draft_model), target, sink)
+    asked = []
+
+    def cancelled():
+        asked.append(len(sink.held) + len(sink.committed))
+        return len(asked) > 3
+
+    result = decoder.generate(
+        GenerationRequest("r", (1, 2), GenerationParams(max_tokens=200)), cancelled=cancelled
+    )
+    assert result.stop_reason == "cancelled"
+    assert result.steps == 3 == len(sink.committed) and sink.held == []
+    assert asked == [0, 1, 2, 3]  # before every step, never inside one
+    assert [t for r in sink.committed for t in r.emitted] == list(result.output_token_ids)
+    assert [(r.drafted_count, r.accepted_count) for r in sink.committed] == list(result.step_counts)
 
 
 def test_a_failed_flush_fails_closed_and_releases_nothing_it_held(draft_model, target):

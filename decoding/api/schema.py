@@ -1,0 +1,162 @@
+"""The OpenAPI description of the native API: response shapes and the bearer scheme.
+
+The serializers here declare the bodies the views build by hand (GenerationOutput and friends);
+schemathesis checks every live response against them, so the two cannot drift apart silently.
+"""
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import OpenApiResponse, extend_schema_field
+from rest_framework import serializers
+
+from decoding.models import GenerationJob
+
+from .serializers import StopField
+
+
+class ApiKeyScheme(OpenApiAuthenticationExtension):
+    target_class = "decoding.api.authentication.ApiKeyAuthentication"
+    name = "ApiKey"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key from `manage.py create_api_key`, scoped to one matter.",
+        }
+
+
+extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "minLength": 1},
+            {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 4},
+        ]
+    }
+)(StopField)
+
+
+class ErrorDetail(serializers.Serializer):
+    status = serializers.IntegerField()
+    code = serializers.CharField()
+    field = serializers.CharField(allow_null=True, help_text="The offending field, or body")
+    message = serializers.CharField()
+    fields = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()), required=False
+    )
+
+
+class ErrorOut(serializers.Serializer):
+    error = ErrorDetail()
+
+
+def errors(*codes: int) -> dict:
+    described = {
+        400: "Invalid input; `error.field` names the field",
+        401: "Missing, invalid, expired or revoked API key",
+        403: "The key lacks the scope this operation needs",
+        404: "No such job in the key's matter",
+        409: "The job already finished",
+        413: "Request body too large",
+        415: "Not JSON",
+        429: "Rate limit reached; retry after `Retry-After` seconds",
+        503: "Audit store or queue unavailable; nothing was generated",
+    }
+    return {code: OpenApiResponse(ErrorOut, description=described[code]) for code in codes}
+
+
+class ParamsOut(serializers.Serializer):
+    max_tokens = serializers.IntegerField()
+    temperature = serializers.FloatField()
+    top_k = serializers.IntegerField()
+    top_p = serializers.FloatField()
+    seed = serializers.IntegerField()
+    draft_length = serializers.IntegerField()
+    eos_token_id = serializers.IntegerField(allow_null=True)
+
+
+class TimingsOut(serializers.Serializer):
+    queue_ms = serializers.FloatField(allow_null=True, help_text="Submitted to started")
+    load_ms = serializers.FloatField(allow_null=True, help_text="Model loading; 0 when warm")
+    prefill_ms = serializers.FloatField(allow_null=True)
+    decode_ms = serializers.FloatField(allow_null=True, help_text="First token to last")
+    audit_ms = serializers.FloatField(allow_null=True, help_text="Committing records")
+
+
+class PositionOut(serializers.Serializer):
+    position = serializers.IntegerField(help_text="1 = the first drafted token of a step")
+    drafted = serializers.IntegerField()
+    accepted = serializers.IntegerField()
+    rate = serializers.FloatField()
+
+
+class MetricsOut(serializers.Serializer):
+    drafted_per_step = serializers.ListField(child=serializers.IntegerField())
+    accepted_per_step = serializers.ListField(child=serializers.IntegerField())
+    acceptance_by_position = PositionOut(many=True)
+    accepted_length_histogram = serializers.ListField(
+        child=serializers.IntegerField(), help_text="Index n: steps that accepted n drafts"
+    )
+
+
+class TrailRefOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.CharField()
+    records = serializers.IntegerField()
+    head_hash = serializers.CharField()
+    url = serializers.CharField()
+
+
+class GenerationOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    request_id = serializers.CharField(allow_null=True)
+    matter = serializers.CharField()
+    model = serializers.CharField()
+    status = serializers.ChoiceField(choices=GenerationJob.Status.choices)
+    error = serializers.CharField(allow_null=True)
+    prompt_token_ids = serializers.ListField(child=serializers.IntegerField())
+    stop = serializers.ListField(child=serializers.CharField())
+    params = ParamsOut()
+    output_text = serializers.CharField(allow_blank=True)
+    output_token_ids = serializers.ListField(child=serializers.IntegerField())
+    stop_reason = serializers.CharField(allow_null=True)
+    steps = serializers.IntegerField()
+    drafted = serializers.IntegerField()
+    accepted = serializers.IntegerField()
+    acceptance_rate = serializers.FloatField()
+    mean_accepted_length = serializers.FloatField()
+    latency_ms = serializers.IntegerField(allow_null=True)
+    timings = TimingsOut()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    attempts = serializers.IntegerField()
+    stream = serializers.BooleanField()
+    cancel_requested_at = serializers.DateTimeField(allow_null=True)
+    metrics = MetricsOut(allow_null=True)
+    trail = TrailRefOut(allow_null=True)
+
+
+class GenerationPageOut(serializers.Serializer):
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = GenerationOut(many=True)
+
+
+class DecisionRecordOut(serializers.Serializer):
+    seq = serializers.IntegerField()
+    prev_hash = serializers.CharField()
+    record_hash = serializers.CharField()
+    payload = serializers.CharField(help_text="The exact canonical JSON text that was hashed")
+    decision = serializers.JSONField(help_text="payload, parsed")
+    created_at = serializers.DateTimeField()
+
+
+class TrailPageOut(serializers.Serializer):
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = DecisionRecordOut(many=True)
+
+
+class HealthOut(serializers.Serializer):
+    status = serializers.CharField()
+    version = serializers.CharField()

@@ -1,0 +1,102 @@
+"""The OpenAPI description of the OpenAI-compatible endpoints' bodies."""
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
+
+
+class OpenAIErrorDetail(serializers.Serializer):
+    message = serializers.CharField()
+    type = serializers.CharField()
+    param = serializers.CharField(allow_null=True)
+    code = serializers.CharField(allow_null=True)
+
+
+class OpenAIErrorOut(serializers.Serializer):
+    error = OpenAIErrorDetail()
+
+
+def errors(*codes: int) -> dict:
+    described = {
+        400: "Invalid or unsupported parameter (named in `error.param`)",
+        401: "Missing, invalid, expired or revoked API key",
+        403: "The key lacks the scope this operation needs",
+        413: "Request body too large",
+        415: "Not JSON",
+        429: "Rate limit reached; retry after `Retry-After` seconds",
+        500: "The generation failed (the job and its trail say why)",
+        503: "Audit store or queue unavailable; nothing was released",
+        504: "The job did not finish in time and was cancelled",
+    }
+    return {code: OpenApiResponse(OpenAIErrorOut, description=described[code]) for code in codes}
+
+
+class PathfinderOut(serializers.Serializer):
+    job_id = serializers.UUIDField()
+    status = serializers.CharField()
+    trail_id = serializers.UUIDField(allow_null=True)
+    record_count = serializers.IntegerField()
+    head_hash = serializers.CharField(allow_null=True)
+    drafted = serializers.IntegerField()
+    accepted = serializers.IntegerField()
+    acceptance_rate = serializers.FloatField()
+
+
+class UsageOut(serializers.Serializer):
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    total_tokens = serializers.IntegerField()
+
+
+class CompletionChoiceOut(serializers.Serializer):
+    index = serializers.IntegerField()
+    text = serializers.CharField(allow_blank=True)
+    logprobs = serializers.JSONField(allow_null=True)
+    finish_reason = serializers.CharField(allow_null=True)
+
+
+class CompletionOut(serializers.Serializer):
+    id = serializers.CharField()
+    object = serializers.CharField()
+    created = serializers.IntegerField()
+    model = serializers.CharField()
+    choices = CompletionChoiceOut(many=True)
+    usage = UsageOut()
+    pathfinder = PathfinderOut()
+
+
+class ChatMessageOut(serializers.Serializer):
+    role = serializers.CharField()
+    content = serializers.CharField(allow_blank=True)
+
+
+class ChatChoiceOut(serializers.Serializer):
+    index = serializers.IntegerField()
+    message = ChatMessageOut()
+    logprobs = serializers.JSONField(allow_null=True)
+    finish_reason = serializers.CharField(allow_null=True)
+
+
+class ChatCompletionOut(CompletionOut):
+    choices = ChatChoiceOut(many=True)
+
+
+class ModelOut(serializers.Serializer):
+    id = serializers.CharField()
+    object = serializers.CharField()
+    created = serializers.IntegerField()
+    owned_by = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+
+
+class ModelListOut(serializers.Serializer):
+    object = serializers.CharField()
+    data = ModelOut(many=True)
+
+
+STREAM = OpenApiResponse(
+    OpenApiTypes.STR,
+    description="With `stream: true`: server-sent events, `data: <chunk JSON>` per chunk in "
+    "OpenAI's format, then `data: [DONE]`. A chunk carries only tokens whose decision records "
+    "are committed; the last one holds `finish_reason` and the `pathfinder` object.",
+)

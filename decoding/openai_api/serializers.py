@@ -1,0 +1,111 @@
+"""Shape checks for the OpenAI-compatible requests; the native GenerationInput does the rest."""
+
+from rest_framework import serializers
+
+from decoding.api.serializers import MAX_SEED, StopField, StrictFloatField
+
+
+class StreamOptions(serializers.Serializer):
+    include_usage = serializers.BooleanField(required=False, default=False)
+
+
+class _OpenAIInput(serializers.Serializer):
+    """The fields both endpoints take. `top_k` is an extension; `n` must be 1."""
+
+    model = serializers.CharField(max_length=100, required=False)
+    max_tokens = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    temperature = StrictFloatField(min_value=0.0, max_value=2.0, required=False, allow_null=True)
+    top_p = StrictFloatField(min_value=0.0, max_value=1.0, required=False, allow_null=True)
+    top_k = serializers.IntegerField(min_value=0, required=False)
+    seed = serializers.IntegerField(
+        min_value=0, max_value=MAX_SEED, required=False, allow_null=True
+    )
+    stop = StopField(required=False, allow_null=True)
+    stream = serializers.BooleanField(required=False, default=False)
+    stream_options = StreamOptions(required=False, allow_null=True)
+    user = serializers.CharField(max_length=256, required=False, allow_blank=True)
+    n = serializers.IntegerField(required=False, allow_null=True)
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {unknown[0]: ["Unsupported parameter: Pathfinder does not implement it."]}
+                )
+        return super().to_internal_value(data)
+
+    def validate_n(self, value):
+        if value not in (None, 1):
+            raise serializers.ValidationError("Only n=1 is supported: one choice per request.")
+        return value
+
+    def native(self) -> dict:
+        """The request as native API fields (GenerationInput), without the OpenAI-only ones."""
+        data = {k: v for k, v in self.validated_data.items() if v is not None}
+        for openai_only in ("stream", "stream_options", "user", "n"):
+            data.pop(openai_only, None)
+        return data
+
+
+class CompletionInput(_OpenAIInput):
+    # A string, a list of one string, or a list of token ids.
+    prompt = serializers.JSONField()
+
+    def validate_prompt(self, value):
+        if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+            value = value[0]
+        if isinstance(value, str):
+            if not value:
+                raise serializers.ValidationError("This field may not be blank.")
+            return value
+        if (
+            isinstance(value, list)
+            and value
+            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+        ):
+            return value
+        raise serializers.ValidationError(
+            "Must be a string or a list of token ids (one prompt per request)."
+        )
+
+    def native(self) -> dict:
+        data = super().native()
+        prompt = data.pop("prompt")
+        data["prompt" if isinstance(prompt, str) else "prompt_token_ids"] = prompt
+        return data
+
+
+class ChatMessageInput(serializers.Serializer):
+    role = serializers.ChoiceField(choices=["system", "developer", "user", "assistant"])
+    # A string, or OpenAI's list of content parts, of which text parts are supported.
+    content = serializers.JSONField()
+
+    def validate_content(self, value):
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list) and all(
+            isinstance(part, dict)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+            for part in value
+        ):
+            return "".join(part["text"] for part in value)
+        raise serializers.ValidationError("Must be a string or a list of text parts.")
+
+
+class ChatCompletionInput(_OpenAIInput):
+    messages = ChatMessageInput(many=True, allow_empty=False)
+    max_completion_tokens = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+
+    def native(self) -> dict:
+        data = super().native()
+        limit = data.pop("max_completion_tokens", None)
+        if limit is not None and "max_tokens" not in data:
+            data["max_tokens"] = limit
+        data["messages"] = [
+            # The chat templates know system, user and assistant; developer is OpenAI's system.
+            {"role": "system" if m["role"] == "developer" else m["role"], "content": m["content"]}
+            for m in data["messages"]
+        ]
+        return data

@@ -1,0 +1,93 @@
+"""OpenAI response and stream-chunk bodies for a job, plus the `pathfinder` audit object."""
+
+from __future__ import annotations
+
+from decoding.models import GenerationJob
+from decoding.selectors import trail_for_job
+
+# OpenAI has "stop" (a natural end or a stop string) and "length"; a cancelled job ended early
+# on request, which the pathfinder object's status tells apart.
+_FINISH_REASON = {"eos": "stop", "stop": "stop", "max_tokens": "length", "cancelled": "stop"}
+
+COMPLETION = "text_completion"
+CHAT = "chat.completion"
+
+
+def completion_id(job: GenerationJob, kind: str) -> str:
+    return f"{'cmpl' if kind == COMPLETION else 'chatcmpl'}-{job.id}"
+
+
+def finish_reason(job: GenerationJob) -> str | None:
+    return _FINISH_REASON.get(job.stop_reason) if job.stop_reason else None
+
+
+def usage(job: GenerationJob) -> dict:
+    prompt, completion = len(job.prompt_token_ids), len(job.output_token_ids)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def pathfinder(job: GenerationJob) -> dict:
+    """What makes the answer auditable: the job, its trail and how speculation went."""
+    trail = trail_for_job(job)
+    return {
+        "job_id": str(job.id),
+        "status": job.status,
+        "trail_id": str(trail.id) if trail else None,
+        "record_count": trail.record_count if trail else 0,
+        "head_hash": trail.head_hash if trail else None,
+        "drafted": job.drafted,
+        "accepted": job.accepted,
+        "acceptance_rate": round(job.acceptance_rate, 6),
+    }
+
+
+def _base(job: GenerationJob, kind: str, object_name: str) -> dict:
+    return {
+        "id": completion_id(job, kind),
+        "object": object_name,
+        "created": int(job.created_at.timestamp()),
+        "model": job.model_spec.name,
+    }
+
+
+def response(job: GenerationJob, kind: str) -> dict:
+    if kind == COMPLETION:
+        choice = {"index": 0, "text": job.output_text, "logprobs": None}
+    else:
+        choice = {"index": 0, "message": {"role": "assistant", "content": job.output_text}}
+        choice["logprobs"] = None
+    choice["finish_reason"] = finish_reason(job)
+    return {
+        **_base(job, kind, kind),
+        "choices": [choice],
+        "usage": usage(job),
+        "pathfinder": pathfinder(job),
+    }
+
+
+def chunk(job: GenerationJob, kind: str, text: str, *, first: bool = False) -> dict:
+    """One stream chunk carrying a text delta (its tokens' records are committed)."""
+    if kind == COMPLETION:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+        return {**_base(job, kind, COMPLETION), "choices": [choice]}
+    delta = {"role": "assistant", "content": text} if first else {"content": text}
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+    return {**_base(job, kind, "chat.completion.chunk"), "choices": [choice]}
+
+
+def last_chunk(job: GenerationJob, kind: str, text: str, *, first: bool) -> dict:
+    """The closing chunk: the rest of the text, the finish reason and the audit object."""
+    body = chunk(job, kind, text, first=first)
+    body["choices"][0]["finish_reason"] = finish_reason(job)
+    body["pathfinder"] = pathfinder(job)
+    return body
+
+
+def usage_chunk(job: GenerationJob, kind: str) -> dict:
+    """Sent after the last chunk when stream_options.include_usage asks, as OpenAI does."""
+    object_name = COMPLETION if kind == COMPLETION else "chat.completion.chunk"
+    return {**_base(job, kind, object_name), "choices": [], "usage": usage(job)}

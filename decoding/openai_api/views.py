@@ -1,0 +1,206 @@
+"""POST /v1/completions, POST /v1/chat/completions, GET /v1/models.
+
+Each request becomes an ordinary job on a Celery worker. The web process then waits for it
+(bounded by PATHFINDER_SYNC_TIMEOUT_S) or relays its committed tokens as server-sent events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+
+from django.conf import settings
+from django.http import StreamingHttpResponse
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from decoding import relay, runtime, services
+from decoding.api.serializers import GenerationInput
+from decoding.models import GenerationJob, ModelSpec
+from decoding.text import TextStream
+
+from . import shapes
+from .errors import exception_handler, openai_error
+from .schema import STREAM, ChatCompletionOut, CompletionOut, ModelListOut, errors
+from .serializers import ChatCompletionInput, CompletionInput
+
+logger = logging.getLogger(__name__)
+
+# A stream with nothing new says so with an SSE comment this often, so a client that left is
+# noticed (the write fails) and its job cancelled, even while the job waits in the queue.
+HEARTBEAT_S = 2.0
+
+
+class OpenAIView(APIView):
+    def get_exception_handler(self):
+        return exception_handler
+
+
+class ModelList(OpenAIView):
+    @extend_schema(
+        operation_id="models_list",
+        summary="The model specs requests may name",
+        responses={200: ModelListOut, **errors(401, 403, 429)},
+    )
+    def get(self, request):
+        specs = ModelSpec.objects.order_by("name")
+        return Response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": spec.name,
+                        "object": "model",
+                        "created": int(spec.updated_at.timestamp()),
+                        "owned_by": "pathfinder",
+                        "description": spec.description,
+                    }
+                    for spec in specs
+                ],
+            }
+        )
+
+
+class _Generate(OpenAIView):
+    input_class: type[CompletionInput] | type[ChatCompletionInput]
+    kind: str
+
+    def post(self, request):
+        data = self.input_class(data=request.data)
+        data.is_valid(raise_exception=True)
+        native = _native_input(data.native())
+        stream = data.validated_data["stream"]
+        job, _ = services.job_submit(
+            matter=request.auth.matter, api_key=request.auth, stream=stream, **native
+        )
+        headers = {"X-Pathfinder-Job": str(job.id)}
+        if stream:
+            options = data.validated_data.get("stream_options") or {}
+            events = _sse(job, self.kind, include_usage=options.get("include_usage", False))
+            response = StreamingHttpResponse(events, content_type="text/event-stream")
+            response["Cache-Control"] = "no-cache"
+            response["X-Accel-Buffering"] = "no"  # proxies must pass chunks on at once
+            for name, value in headers.items():
+                response[name] = value
+            return response
+        try:
+            job = relay.wait(job.id, timeout=settings.PATHFINDER_SYNC_TIMEOUT_S)
+        except relay.JobTimeout as exc:
+            _cancel_quietly(job)
+            return _with(openai_error(504, f"{exc}; it was cancelled.", code="timeout"), headers)
+        if job.status == GenerationJob.Status.FAILED:
+            return _with(_failure(job), headers)
+        return Response(shapes.response(job, self.kind), headers=headers)
+
+
+GENERATE_ERRORS = errors(400, 401, 403, 413, 415, 429, 500, 503, 504)
+
+
+class Completions(_Generate):
+    input_class = CompletionInput
+    kind = shapes.COMPLETION
+
+    @extend_schema(
+        operation_id="completions_create",
+        summary="Complete a prompt (OpenAI-compatible)",
+        request=CompletionInput,
+        responses={
+            (200, "application/json"): CompletionOut,
+            (200, "text/event-stream"): STREAM,
+            **GENERATE_ERRORS,
+        },
+    )
+    def post(self, request):
+        return super().post(request)
+
+
+class ChatCompletions(_Generate):
+    input_class = ChatCompletionInput
+    kind = shapes.CHAT
+
+    @extend_schema(
+        operation_id="chat_completions_create",
+        summary="Answer a chat (OpenAI-compatible), through the model's chat template",
+        request=ChatCompletionInput,
+        responses={
+            (200, "application/json"): ChatCompletionOut,
+            (200, "text/event-stream"): STREAM,
+            **GENERATE_ERRORS,
+        },
+    )
+    def post(self, request):
+        return super().post(request)
+
+
+def _native_input(data: dict) -> dict:
+    """Validate as the native API does (model, prompt, limits); errors keep OpenAI's names."""
+    native = GenerationInput(data=data)
+    if not native.is_valid():
+        renamed = {
+            ("prompt" if field == "prompt_token_ids" else field): errors
+            for field, errors in native.errors.items()
+        }
+        raise serializers.ValidationError(renamed)
+    return native.validated_data
+
+
+def _failure(job: GenerationJob) -> Response:
+    status = 503 if job.error.startswith("audit store unavailable") else 500
+    return openai_error(status, job.error, code="generation_failed")
+
+
+def _with(response: Response, headers: dict) -> Response:
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+def _cancel_quietly(job: GenerationJob) -> None:
+    with contextlib.suppress(services.JobFinished):
+        services.job_cancel(job=job)
+
+
+def _event(body: dict) -> bytes:
+    return f"data: {json.dumps(body, default=str)}\n\n".encode()
+
+
+def _sse(job: GenerationJob, kind: str, *, include_usage: bool):
+    """The stream: a chunk per batch of committed tokens, the last chunk, then [DONE]. A client
+    that leaves (or a timeout) cancels the job at its next step boundary."""
+    text = TextStream(runtime.tokenizer_for(job.model_spec), job.stop)
+    first, done = True, False
+    last_write = time.monotonic()
+    try:
+        for progress in relay.follow(job.id, timeout=settings.PATHFINDER_SYNC_TIMEOUT_S):
+            if progress.finished:
+                ended = progress.job
+                if ended.status == GenerationJob.Status.FAILED:
+                    error = _failure(ended).data
+                    yield _event(error)
+                else:
+                    # Read after the seal: the job row now holds the final text and counts.
+                    rest = text.push(progress.token_ids) + text.finish(ended.output_text)
+                    yield _event(shapes.last_chunk(ended, kind, rest, first=first))
+                    if include_usage:
+                        yield _event(shapes.usage_chunk(ended, kind))
+                yield b"data: [DONE]\n\n"
+                done = True
+                return
+            delta = text.push(progress.token_ids)
+            if delta:
+                yield _event(shapes.chunk(progress.job, kind, delta, first=first))
+                first, last_write = False, time.monotonic()
+            elif time.monotonic() - last_write > HEARTBEAT_S:
+                yield b": waiting\n\n"
+                last_write = time.monotonic()
+    except relay.JobTimeout as exc:
+        yield _event(openai_error(504, f"{exc}; it was cancelled.", code="timeout").data)
+        yield b"data: [DONE]\n\n"
+    finally:
+        if not done:
+            _cancel_quietly(job)
+            logger.info("stream ended early; job cancelled", extra={"job_id": str(job.id)})

@@ -1,0 +1,69 @@
+"""/v1/* refuses what it does not support with OpenAI's error object, naming the parameter, and
+stores nothing. (Successful completions run against a live stack: tests/system.)"""
+
+import pytest
+from rest_framework.test import APIClient
+
+from decoding.models import GenerationJob
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "says"),
+    [
+        ("/v1/completions", {"prompt": "hi", "n": 2}, "n", "n=1"),
+        ("/v1/completions", {"prompt": "hi", "logit_bias": {}}, "logit_bias", "Unsupported"),
+        ("/v1/completions", {}, "prompt", "required"),
+        ("/v1/completions", {"prompt": ["a", "b"]}, "prompt", "one prompt"),
+        ("/v1/completions", {"prompt": [1, 99999]}, "prompt", "vocabulary"),
+        ("/v1/completions", {"prompt": "hi", "model": "gpt-4"}, "model", "gpt-4"),
+        ("/v1/completions", {"prompt": "hi", "temperature": 3}, "temperature", "2"),
+        ("/v1/chat/completions", {"messages": []}, "messages", "empty"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "tool", "content": "x"}]},
+            "messages",
+            "tool",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "x"}], "n": 3},
+            "n",
+            "n=1",
+        ),
+    ],
+)
+def test_unsupported_or_invalid_input_is_a_400_naming_the_parameter(owner, path, body, param, says):
+    response = owner.api.post(path, body, format="json")
+    assert response.status_code == 400, response.json()
+    error = response.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", param)
+    assert says in error["message"]
+    assert not GenerationJob.objects.exists()
+
+
+def test_no_key_is_a_401_in_openai_shape(db):
+    response = APIClient().post("/v1/completions", {"prompt": "hi"}, format="json")
+    assert response.status_code == 401
+    assert response.json()["error"]["type"] == "authentication_error"
+
+
+def test_models_lists_the_specs(owner):
+    body = owner.api.get("/v1/models").json()
+    assert body["object"] == "list"
+    names = [m["id"] for m in body["data"]]
+    assert "smollm2-135m-instruct" in names and "stub" in names
+    assert all(m["object"] == "model" for m in body["data"])
+
+
+def test_the_schema_is_served_and_names_every_endpoint(client):
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    assert {
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/models",
+        "/api/v1/generations",
+        "/api/v1/generations/{job_id}",
+        "/api/v1/generations/{job_id}/cancel",
+        "/api/v1/generations/{job_id}/trail",
+    } <= set(schema["paths"])
+    assert client.get("/api/docs/").status_code == 200
