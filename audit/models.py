@@ -23,6 +23,8 @@ class Trail(models.Model):
     # A plain id, not a foreign key: the audit store must not depend on decoding (it outlives jobs).
     job_id = models.UUIDField(db_index=True)
     attempt = models.PositiveIntegerField(default=1)
+    # The trail of the job's previous attempt (sealed "abandoned" when its worker died).
+    previous_id = models.UUIDField(null=True, blank=True)
     genesis_hash = models.CharField(max_length=64)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
@@ -121,3 +123,15 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint of {self.tree_size} trails ({self.created_at:%Y-%m-%d %H:%M})"
+
+
+class TaskLock(models.Model):
+    """A named lease for periodic work, so that only one runner does it at a time however many
+    beat or worker processes fire it (portable: a conditional UPDATE, on SQLite too)."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    holder = models.CharField(max_length=200, blank=True)
+    locked_until = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} (held by {self.holder or 'nobody'} until {self.locked_until})"

@@ -23,11 +23,17 @@ class TrailClosed(Exception):
     """An append was attempted on a sealed trail."""
 
 
-def trail_open(*, job_id: uuid.UUID, attempt: int) -> Trail:
+def trail_open(*, job_id: uuid.UUID, attempt: int, previous_id: uuid.UUID | None = None) -> Trail:
+    """A new open trail for one attempt; previous_id links the job's earlier attempt's trail."""
     trail_id = uuid.uuid4()
     genesis = chain.genesis_hash(str(trail_id))
     return Trail.objects.create(
-        id=trail_id, job_id=job_id, attempt=attempt, genesis_hash=genesis, head_hash=genesis
+        id=trail_id,
+        job_id=job_id,
+        attempt=attempt,
+        previous_id=previous_id,
+        genesis_hash=genesis,
+        head_hash=genesis,
     )
 
 

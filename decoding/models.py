@@ -152,6 +152,12 @@ class GenerationJob(models.Model):
     # A streamed job commits every step's record on its own, so each can be relayed at once.
     stream = models.BooleanField(default=False)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # Delivery: when the job was last handed to the queue (the recovery sweep re-queues a job
+    # whose message was lost), and the running attempt's lease, renewed while it decodes; an
+    # expired lease means its worker died, and the next delivery starts a new attempt.
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="host:pid of the attempt")
 
     # Written once, with the trail's seal, in the same transaction: only committed tokens.
     output_token_ids = models.JSONField(default=list, blank=True)

@@ -18,8 +18,8 @@ from audit.chain import canonical_json
 from audit.models import DecisionRecord
 from decoding import runtime
 from decoding.engine import AuditSink, ReplayOverrun, ReplaySchedule, SpeculativeDecoder, StepRecord
+from decoding.execution import request_for
 from decoding.models import GenerationJob, Replay
-from decoding.services import request_for
 from decoding.text import StopStrings
 
 logger = logging.getLogger(__name__)

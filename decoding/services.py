@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import secrets
-import time
 import uuid
-from collections.abc import Callable
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import F
+from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from audit.models import Trail
-from audit.store import trail_open, trail_seal
 from decoding import events, runtime
-from decoding.engine import (
-    AuditUnavailable,
-    GenerationParams,
-    GenerationRequest,
-    GenerationResult,
-    SpeculativeDecoder,
-)
 from decoding.models import ApiKey, GenerationJob, Matter, ModelSpec
 from decoding.prompts import Prompt
-from decoding.sinks import TrailSink
-from decoding.text import StopStrings, output_text
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +146,7 @@ def _enqueue(job_id: uuid.UUID) -> None:
     from decoding.tasks import run_generation
 
     try:
+        GenerationJob.objects.filter(pk=job_id).update(enqueued_at=timezone.now())
         run_generation.delay(str(job_id))
     except Exception as exc:
         logger.error("could not queue job", extra={"job_id": str(job_id), "error": str(exc)})
@@ -169,62 +158,42 @@ def _enqueue(job_id: uuid.UUID) -> None:
         raise QueueUnavailable(str(exc)) from exc
 
 
-def job_run(*, job_id: uuid.UUID) -> None:
-    """Decode one job on this worker. Safe to call twice: only the caller that claims it runs it."""
-    claimed = GenerationJob.objects.filter(pk=job_id, status=GenerationJob.Status.QUEUED).update(
-        status=GenerationJob.Status.RUNNING,
-        started_at=timezone.now(),
-        attempts=F("attempts") + 1,
+def jobs_recover() -> int:
+    """Hand jobs whose message may be lost back to the queue: running jobs whose lease lapsed
+    (their worker died), and jobs queued longer than PATHFINDER_REQUEUE_AFTER_S (a broker that
+    restarted without persistence). A duplicate message is harmless: running is idempotent."""
+    from decoding.tasks import run_generation
+
+    now = timezone.now()
+    stale = now - dt.timedelta(seconds=settings.PATHFINDER_REQUEUE_AFTER_S)
+    lost = GenerationJob.objects.filter(
+        Q(status=GenerationJob.Status.RUNNING, lease_expires_at__lt=now, enqueued_at__lt=stale)
+        | Q(status=GenerationJob.Status.RUNNING, lease_expires_at__lt=now, enqueued_at=None)
+        | Q(status=GenerationJob.Status.QUEUED, enqueued_at__lt=stale)
+    ).values_list("pk", flat=True)[:1000]
+    requeued = 0
+    for job_id in lost:
+        GenerationJob.objects.filter(pk=job_id).update(enqueued_at=now)
+        try:
+            run_generation.delay(str(job_id))
+        except Exception as exc:
+            logger.error("could not re-queue job", extra={"job_id": str(job_id), "error": str(exc)})
+            break  # the broker is down; the next sweep tries again
+        requeued += 1
+    if requeued:
+        logger.warning("re-queued jobs whose message may be lost", extra={"jobs": requeued})
+    return requeued
+
+
+def job_retry(*, job: GenerationJob) -> bool:
+    """An operator's retry of a failed job: it is queued again and runs as a new attempt with
+    a new trail linked to the failed one. False when the job had not failed."""
+    reset = GenerationJob.objects.filter(pk=job.pk, status=GenerationJob.Status.FAILED).update(
+        status=GenerationJob.Status.QUEUED, error="", finished_at=None, lease_expires_at=None
     )
-    if not claimed:
-        logger.info("job already claimed or finished", extra={"job_id": str(job_id)})
-        return
-    job = GenerationJob.objects.select_related("model_spec").get(pk=job_id)
-    trail = trail_open(job_id=job.id, attempt=job.attempts)
-    GenerationJob.objects.filter(pk=job.id).update(trail_id=trail.id)
-    try:
-        models, load_ms = runtime.models_for(job.model_spec)
-        GenerationJob.objects.filter(pk=job.id).update(load_ms=round(load_ms, 1))
-        decoder = SpeculativeDecoder(
-            drafter=models.drafter,
-            target=models.target,
-            sink=TrailSink(trail.id),
-            tokenizer=models.tokenizer,
-        )
-        schedule = models.schedule(job.draft_length)
-        stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
-        # A stream's steps are committed one by one and announced; otherwise records batch.
-        announce = (lambda record: events.publish(job.id)) if job.stream else None
-        result = decoder.generate(
-            request_for(job),
-            schedule=schedule,
-            stop=stop,
-            on_step=announce,
-            cancelled=_cancel_requested(job.id),
-        )
-    except AuditUnavailable as exc:
-        cause = exc.__cause__ or exc
-        _fail(job, trail, f"audit store unavailable, no output released: {cause}")
-        return
-    except Exception as exc:
-        logger.exception("generation failed", extra={"job_id": str(job.id)})
-        _fail(job, trail, f"generation failed: {exc}")
-        return
-    _succeed(job, trail, result, output_text(models.tokenizer, result.output_token_ids, job.stop))
-
-
-def _cancel_requested(job_id: uuid.UUID) -> Callable[[], bool]:
-    """The engine's cancel check: one indexed read, at most every CANCEL_CHECK_S seconds."""
-    last = time.monotonic()
-
-    def cancelled() -> bool:
-        nonlocal last
-        if time.monotonic() - last < CANCEL_CHECK_S:
-            return False
-        last = time.monotonic()
-        return GenerationJob.objects.filter(pk=job_id, cancel_requested_at__isnull=False).exists()
-
-    return cancelled
+    if reset:
+        _enqueue(job.pk)
+    return bool(reset)
 
 
 def job_cancel(*, job: GenerationJob) -> GenerationJob:
@@ -245,89 +214,3 @@ def job_cancel(*, job: GenerationJob) -> GenerationJob:
         events.publish(job.id)
         logger.info("job cancelled before it ran", extra={"job_id": str(job.id)})
     return job
-
-
-def job_metrics(step_counts) -> dict:
-    """Per-request speculation: what each step drafted and kept, the acceptance rate of each
-    draft position, and how often each accepted length occurred."""
-    drafted = [k for k, _ in step_counts]
-    accepted = [a for _, a in step_counts]
-    longest = max(drafted, default=0)
-    by_position = []
-    for position in range(1, longest + 1):
-        tried = sum(1 for k in drafted if k >= position)
-        kept = sum(1 for a in accepted if a >= position)
-        by_position.append(
-            {
-                "position": position,
-                "drafted": tried,
-                "accepted": kept,
-                "rate": round(kept / tried, 6),
-            }
-        )
-    histogram = [0] * (longest + 1)
-    for a in accepted:
-        histogram[a] += 1
-    return {
-        "drafted_per_step": drafted,
-        "accepted_per_step": accepted,
-        "acceptance_by_position": by_position,
-        "accepted_length_histogram": histogram,
-    }
-
-
-def request_for(job: GenerationJob) -> GenerationRequest:
-    """The engine request a job stands for (also what a replay re-runs)."""
-    params = GenerationParams(**{name: getattr(job, name) for name in JOB_PARAM_FIELDS})
-    return GenerationRequest(
-        request_id=str(job.id), prompt_token_ids=tuple(job.prompt_token_ids), params=params
-    )
-
-
-def _succeed(job: GenerationJob, trail: Trail, result: GenerationResult, text: str) -> None:
-    # The output appears in the same transaction that seals the trail whose records justify it.
-    cancelled = result.stop_reason == "cancelled"
-    with transaction.atomic():
-        trail_seal(
-            trail_id=trail.id,
-            outcome=Trail.Outcome.CANCELLED if cancelled else Trail.Outcome.SUCCEEDED,
-        )
-        GenerationJob.objects.filter(pk=job.id).update(
-            status=GenerationJob.Status.CANCELLED if cancelled else GenerationJob.Status.SUCCEEDED,
-            output_token_ids=list(result.output_token_ids),
-            output_text=text,
-            stop_reason=result.stop_reason,
-            steps=result.steps,
-            drafted=result.drafted,
-            accepted=result.accepted,
-            prefill_ms=round(result.prefill_ns / 1e6, 1),
-            decode_ms=round(result.decode_ns / 1e6, 1),
-            audit_ms=round(result.audit_ns / 1e6, 1),
-            metrics=job_metrics(result.step_counts),
-            finished_at=timezone.now(),
-        )
-    events.publish(job.id)
-    logger.info(
-        "job cancelled" if cancelled else "job succeeded",
-        extra={
-            "job_id": str(job.id),
-            "request_id": job.request_id,
-            "trail_id": str(trail.id),
-            "tokens": len(result.output_token_ids),
-            "acceptance_rate": round(result.acceptance_rate, 4),
-        },
-    )
-
-
-def _fail(job: GenerationJob, trail: Trail, reason: str) -> None:
-    try:
-        trail_seal(trail_id=trail.id, outcome=Trail.Outcome.FAILED)
-    except DatabaseError:
-        # The store that refused the records may refuse the seal too; the open trail still
-        # verifies up to its last committed record.
-        logger.warning("could not seal failed trail", extra={"trail_id": str(trail.id)})
-    GenerationJob.objects.filter(pk=job.id).update(
-        status=GenerationJob.Status.FAILED, error=reason, finished_at=timezone.now()
-    )
-    events.publish(job.id)
-    logger.warning("job failed", extra={"job_id": str(job.id), "error": reason})

@@ -1,10 +1,12 @@
 """The engine's audit sink, backed by the audit store."""
 
+import time
 import uuid
 
 from audit.chain import canonical_json
 from audit.store import trail_append_many
 from decoding.engine import AuditSink, StepRecord
+from decoding.metrics import AUDIT_COMMIT_SECONDS
 
 # Records held before a commit is forced, when the decoder releases nothing in between: a
 # transaction per step costs 14-26% of decode time on a CPU model, one per 16 steps ~3%
@@ -27,5 +29,7 @@ class TrailSink(AuditSink):
 
     def flush(self) -> None:
         if self._pending:
+            started = time.perf_counter()
             trail_append_many(trail_id=self.trail_id, texts=self._pending)
+            AUDIT_COMMIT_SECONDS.observe(time.perf_counter() - started)
             self._pending = []

@@ -3,14 +3,29 @@
 import uuid
 
 from celery import shared_task
+from django.conf import settings
 
+from audit.locks import run_exclusively
+from decoding.execution import LeaseHeld, job_run
 from decoding.replay import replay_run
-from decoding.services import job_run
+from decoding.services import jobs_recover
 
 
-@shared_task(name="decoding.run_generation")
-def run_generation(job_id: str) -> None:
-    job_run(job_id=uuid.UUID(job_id))
+@shared_task(name="decoding.run_generation", bind=True, max_retries=None)
+def run_generation(self, job_id: str) -> None:
+    try:
+        job_run(job_id=uuid.UUID(job_id))
+    except LeaseHeld as held:
+        # Another attempt may still be decoding it (a redelivered message): look again once its
+        # lease could have lapsed; if its worker died, this delivery starts the next attempt.
+        raise self.retry(countdown=held.retry_in + 1) from held
+
+
+@shared_task(name="decoding.recover_jobs")
+def recover_jobs() -> int | None:
+    return run_exclusively(
+        "decoding.recover_jobs", settings.PATHFINDER_RECOVERY_INTERVAL_S, jobs_recover
+    )
 
 
 @shared_task(name="decoding.replay_job")

@@ -25,12 +25,14 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_prometheus",
     "audit",
     "decoding",
     "reviewers",
 ]
 
 MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "pathfinder_site.middleware.BodySizeLimitMiddleware",
@@ -40,6 +42,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "pathfinder_site.urls"
@@ -190,8 +193,21 @@ PATHFINDER_EVENTS_URL = env_str(
 )
 CELERY_TASK_IGNORE_RESULT = True  # job state lives in the database, not a result backend
 CELERY_TASK_ACKS_LATE = True  # safe because run_generation claims its job atomically
+# A pool process killed mid-task (kill -9, OOM) puts its message back rather than acking it.
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("PATHFINDER_TASK_TIME_LIMIT", 3600, minimum=1)
+if CELERY_BROKER_URL.startswith("redis"):
+    # Redis redelivers an unacknowledged message after this long: it must exceed the longest
+    # task, or a job still decoding would be handed to a second worker (which then waits).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 600}
+# A running attempt renews its lease while it decodes; a lapsed lease means its worker died.
+PATHFINDER_JOB_LEASE_S = env_int("PATHFINDER_JOB_LEASE_S", 60, minimum=2)
+PATHFINDER_MAX_ATTEMPTS = env_int("PATHFINDER_MAX_ATTEMPTS", 3, minimum=1)
+# The recovery sweep re-queues running jobs whose lease lapsed and jobs queued this long ago.
+PATHFINDER_RECOVERY_INTERVAL_S = env_int("PATHFINDER_RECOVERY_INTERVAL_S", 30, minimum=1)
+PATHFINDER_REQUEUE_AFTER_S = env_int("PATHFINDER_REQUEUE_AFTER_S", 300, minimum=1)
+PATHFINDER_VERIFY_INTERVAL_S = env_int("PATHFINDER_VERIFY_INTERVAL_S", 3600, minimum=10)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Fail a submission fast (503, job marked failed) rather than hang when the broker is down.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5}
@@ -200,6 +216,11 @@ CELERY_BEAT_SCHEDULE = {
     "checkpoint-the-global-log": {
         "task": "audit.create_checkpoint",
         "schedule": PATHFINDER_CHECKPOINT_INTERVAL_S,
+    },
+    "verify-every-trail": {"task": "audit.verify_all", "schedule": PATHFINDER_VERIFY_INTERVAL_S},
+    "recover-lost-jobs": {
+        "task": "decoding.recover_jobs",
+        "schedule": PATHFINDER_RECOVERY_INTERVAL_S,
     },
 }
 

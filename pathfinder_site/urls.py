@@ -2,12 +2,14 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from decoding.api.views import healthz
+from pathfinder_site import views as ops
 
 handler404 = "decoding.api.views.not_found"
 
 urlpatterns = [
-    path("healthz", healthz, name="healthz"),
+    path("healthz", ops.healthz, name="healthz"),
+    path("readyz", ops.readyz, name="readyz"),
+    path("metrics", ops.metrics, name="metrics"),
     path("api/v1/", include("decoding.api.urls")),
     path("v1/", include("decoding.openai_api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

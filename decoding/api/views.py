@@ -9,7 +9,6 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-import pathfinder_site
 from decoding import selectors, services
 
 from .errors import error_response
@@ -21,10 +20,6 @@ from .serializers import (
     GenerationInput,
     GenerationOutput,
 )
-
-
-def healthz(request):
-    return JsonResponse({"status": "ok", "version": pathfinder_site.__version__})
 
 
 def not_found(request, exception=None):

@@ -6,9 +6,10 @@ from types import SimpleNamespace
 import pytest
 from rest_framework.test import APIClient
 
+from decoding.execution import job_run
 from decoding.models import GenerationJob, ModelSpec
 from decoding.prompts import Prompt
-from decoding.services import api_key_create, job_run, job_submit
+from decoding.services import api_key_create, job_submit
 
 JOB_DEFAULTS = {
     "max_tokens": 30,

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from audit.models import DecisionRecord, Trail
 from audit.verification import verify_trails
-from decoding import services
+from decoding import execution
 from decoding.models import GenerationJob
 
 
@@ -48,7 +48,7 @@ def test_cancelling_a_queued_job_means_it_never_runs(owner):
     response = owner.api.post(f"/api/v1/generations/{job['id']}/cancel")
     assert response.status_code == 202
     assert response.json()["status"] == "cancelled"
-    services.job_run(job_id=job["id"])  # a worker that gets the message anyway
+    execution.job_run(job_id=job["id"])  # a worker that gets the message anyway
     row = GenerationJob.objects.get(pk=job["id"])
     assert (row.status, row.trail_id, row.output_token_ids) == ("cancelled", None, [])
 
@@ -58,10 +58,10 @@ def test_a_running_job_stops_at_a_step_boundary_and_seals_its_trail_cancelled(ow
         "/api/v1/generations", {"prompt_token_ids": [1], "max_tokens": 500}, format="json"
     ).json()
     steps = []
-    original = services._cancel_requested
+    original = execution._step_boundary
 
-    def cancel_after_three_steps(job_id):
-        asked = original(job_id)
+    def cancel_after_three_steps(job_id, attempt):
+        asked = original(job_id, attempt)
 
         def cancelled():
             steps.append(1)
@@ -71,9 +71,9 @@ def test_a_running_job_stops_at_a_step_boundary_and_seals_its_trail_cancelled(ow
 
         return cancelled
 
-    monkeypatch.setattr(services, "CANCEL_CHECK_S", 0)
-    monkeypatch.setattr(services, "_cancel_requested", cancel_after_three_steps)
-    services.job_run(job_id=job["id"])
+    monkeypatch.setattr(execution, "STEP_CHECK_S", 0)
+    monkeypatch.setattr(execution, "_step_boundary", cancel_after_three_steps)
+    execution.job_run(job_id=job["id"])
 
     row = GenerationJob.objects.get(pk=job["id"])
     assert (row.status, row.stop_reason, row.steps) == ("cancelled", "cancelled", 3)

@@ -22,10 +22,11 @@ from django.test.utils import CaptureQueriesContext
 from audit.log import signing_key
 from audit.models import DecisionRecord
 from audit.offline_verify import verify_bundle
+from decoding.execution import job_run
 from decoding.models import GenerationJob, Matter, ModelSpec
 from decoding.prompts import Prompt
 from decoding.replay import replay_run
-from decoding.services import job_run, job_submit
+from decoding.services import job_submit
 from reviewers import selectors
 from reviewers.models import Annotation, CustodyEvent, MatterGrant, SignOff, TrailVerification
 from reviewers.selectors import custody_verify

@@ -43,8 +43,8 @@ def test_a_replay_with_another_draft_model_names_the_first_divergence(run_job, s
 def test_a_replay_on_the_real_default_model_is_identical(owner):
     import json
 
+    from decoding.execution import job_run
     from decoding.models import GenerationJob
-    from decoding.services import job_run
 
     response = owner.api.post(
         "/api/v1/generations",

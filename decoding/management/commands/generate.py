@@ -4,9 +4,10 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from decoding.execution import job_run
 from decoding.models import GenerationJob, Matter, ModelSpec
 from decoding.prompts import PromptError, prompt_tokenize
-from decoding.services import job_run, job_submit
+from decoding.services import job_submit
 
 
 class Command(BaseCommand):

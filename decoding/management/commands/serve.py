@@ -1,14 +1,17 @@
-"""Serve the API and run one Celery worker from a single command (the embedded default).
+"""Serve the API and run one Celery worker (with beat inside it) from a single command.
 
-Production runs gunicorn and `celery worker` as separate services; this is the one-command way to
-bring everything up on one machine.
+Production runs gunicorn, `celery worker` and one `celery beat` as separate services; this is the
+one-command way to bring everything up on one machine (the embedded default).
 """
 
 import contextlib
+import os
+import shutil
 import signal
 import subprocess
 import sys
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 
@@ -21,14 +24,21 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         python = sys.executable
+        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(_fresh_metrics_dir())}
+        beat_schedule = settings.VAR_DIR / "celerybeat-schedule"
         worker = subprocess.Popen(
-            [python, "-m", "celery", "-A", "pathfinder_site", "worker", "--concurrency", "1"]
-        )
+            [python, "-m", "celery", "-A", "pathfinder_site", "worker", "--concurrency", "1",
+             "--beat", "--schedule", str(beat_schedule)],
+            env=env,
+        )  # fmt: skip
         web = subprocess.Popen(
             [python, "-m", "gunicorn", "pathfinder_site.wsgi:application", "--bind",
-             options["bind"], "--workers", str(options["web_workers"]), "--access-logfile", "-"]
+             options["bind"], "--workers", str(options["web_workers"]), "--access-logfile", "-"],
+            env=env,
         )  # fmt: skip
-        self.stdout.write(f"Serving on http://{options['bind']}/ with one Celery worker.")
+        self.stdout.write(
+            f"Serving on http://{options['bind']}/ with one Celery worker (and beat)."
+        )
 
         def stop(signum, frame):
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut cleanup
@@ -45,6 +55,14 @@ class Command(BaseCommand):
             _stop_all(web, worker)
         if web.returncode > 0 or worker.returncode > 0:
             sys.exit(1)
+
+
+def _fresh_metrics_dir():
+    # prometheus_client's multiprocess files from an earlier run would be counted again.
+    directory = settings.VAR_DIR / "prometheus"
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    return directory
 
 
 def _stop_all(*processes: subprocess.Popen) -> None:

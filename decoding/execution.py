@@ -1,0 +1,293 @@
+"""Running a job on a worker: claim it under a lease, decode, and write the result once.
+
+Delivery is at least once (acks_late, a redelivered or re-queued message), so running is
+idempotent: the first delivery claims the job (attempt 1) and holds a lease it renews while it
+decodes. A later delivery finds the job either finished (nothing to do), still leased (its worker
+is alive: try again once the lease could have lapsed), or leased out (its worker died): then the
+old attempt's trail is sealed "abandoned" and a new attempt starts with a new trail that links
+to it, up to PATHFINDER_MAX_ATTEMPTS. Every write of a result is conditional on still owning the
+attempt, so a job never has two outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+
+from django.conf import settings
+from django.db import DatabaseError, transaction
+from django.utils import timezone
+
+from audit.models import Trail
+from audit.store import trail_open, trail_seal
+from decoding import events, metrics, runtime
+from decoding.engine import (
+    AuditUnavailable,
+    GenerationParams,
+    GenerationRequest,
+    GenerationResult,
+    SpeculativeDecoder,
+)
+from decoding.models import GenerationJob
+from decoding.services import JOB_PARAM_FIELDS
+from decoding.sinks import TrailSink
+from decoding.text import StopStrings, output_text
+
+logger = logging.getLogger(__name__)
+
+# A running attempt reads its job row (cancel requested? still ours?) at most this often.
+STEP_CHECK_S = 0.2
+
+
+class LeaseHeld(Exception):
+    """Another attempt holds the job and may be alive; look again after `retry_in` seconds."""
+
+    def __init__(self, retry_in: float):
+        super().__init__(f"job leased for another {retry_in:.1f} s")
+        self.retry_in = retry_in
+
+
+class LostOwnership(Exception):
+    """This attempt's job was taken over (its lease lapsed) or finished elsewhere: stop."""
+
+
+def _worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _lease_until() -> dt.datetime:
+    return timezone.now() + dt.timedelta(seconds=settings.PATHFINDER_JOB_LEASE_S)
+
+
+def job_run(*, job_id: uuid.UUID) -> None:
+    """Decode one job on this worker. Safe to call for any delivery of the job's message."""
+    claim = _claim(job_id)
+    if claim is None:
+        return
+    job, trail = claim
+    attempt = job.attempts
+    try:
+        models, load_ms = runtime.models_for(job.model_spec)
+        _owned(job.id, attempt).update(load_ms=round(load_ms, 1), lease_expires_at=_lease_until())
+        decoder = SpeculativeDecoder(
+            drafter=models.drafter,
+            target=models.target,
+            sink=TrailSink(trail.id),
+            tokenizer=models.tokenizer,
+        )
+        schedule = models.schedule(job.draft_length)
+        stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
+        # A stream's steps are committed one by one and announced; otherwise records batch.
+        announce = (lambda record: events.publish(job.id)) if job.stream else None
+        result = decoder.generate(
+            request_for(job),
+            schedule=schedule,
+            stop=stop,
+            on_step=announce,
+            cancelled=_step_boundary(job.id, attempt),
+        )
+    except LostOwnership:
+        logger.warning("attempt lost its job; stopping", extra=_log(job, attempt))
+        return
+    except AuditUnavailable as exc:
+        cause = exc.__cause__ or exc
+        _fail(job, attempt, trail, f"audit store unavailable, no output released: {cause}")
+        return
+    except Exception as exc:
+        logger.exception("generation failed", extra=_log(job, attempt))
+        _fail(job, attempt, trail, f"generation failed: {exc}")
+        return
+    text = output_text(models.tokenizer, result.output_token_ids, job.stop)
+    _succeed(job, attempt, trail, result, text)
+
+
+def _claim(job_id: uuid.UUID) -> tuple[GenerationJob, Trail] | None:
+    """Start an attempt on the job, or None when there is nothing to run. LeaseHeld when a
+    live attempt may still hold it."""
+    with transaction.atomic():
+        job = (
+            GenerationJob.objects.select_for_update()
+            .select_related("model_spec")
+            .filter(pk=job_id)
+            .first()
+        )
+        if job is None or job.status in GenerationJob.FINISHED:
+            return None
+        now = timezone.now()
+        previous_trail = job.trail_id
+        if job.status == GenerationJob.Status.RUNNING:
+            if job.lease_expires_at is not None and job.lease_expires_at > now:
+                raise LeaseHeld((job.lease_expires_at - now).total_seconds())
+            if previous_trail is not None:
+                trail_seal(trail_id=previous_trail, outcome=Trail.Outcome.ABANDONED)
+            logger.warning("worker lost mid-job; its trail sealed abandoned", extra=_log(job))
+            ended = _end_lost_job(job, now)
+            if ended:
+                metrics.job_finished(job.status)
+                transaction.on_commit(lambda: events.publish(job_id))
+                return None
+        job.status = GenerationJob.Status.RUNNING
+        job.attempts += 1
+        job.started_at = job.started_at or now
+        job.lease_expires_at = _lease_until()
+        job.worker = _worker_name()
+        trail = trail_open(job_id=job.id, attempt=job.attempts, previous_id=previous_trail)
+        job.trail_id = trail.id
+        job.save(
+            update_fields=[
+                "status", "attempts", "started_at", "lease_expires_at", "worker", "trail_id"
+            ]
+        )  # fmt: skip
+    logger.info("job claimed", extra=_log(job, job.attempts))
+    return job, trail
+
+
+def _end_lost_job(job: GenerationJob, now) -> bool:
+    """A job whose worker died is not retried when it was cancelled or ran out of attempts."""
+    if job.cancel_requested_at is not None:
+        job.status, job.error = GenerationJob.Status.CANCELLED, ""
+    elif job.attempts >= settings.PATHFINDER_MAX_ATTEMPTS:
+        job.status = GenerationJob.Status.FAILED
+        job.error = f"the worker was lost in each of {job.attempts} attempts"
+    else:
+        return False
+    job.finished_at, job.lease_expires_at = now, None
+    job.save(update_fields=["status", "error", "finished_at", "lease_expires_at"])
+    return True
+
+
+def _owned(job_id: uuid.UUID, attempt: int):
+    """The job row, as long as this attempt still owns it."""
+    return GenerationJob.objects.filter(
+        pk=job_id, attempts=attempt, status=GenerationJob.Status.RUNNING
+    )
+
+
+def _step_boundary(job_id: uuid.UUID, attempt: int) -> Callable[[], bool]:
+    """The engine's check between steps: renew the lease, stop if this attempt lost the job,
+    answer whether a cancel was requested. One indexed UPDATE at most every STEP_CHECK_S."""
+    last = time.monotonic()
+
+    def cancelled() -> bool:
+        nonlocal last
+        if time.monotonic() - last < STEP_CHECK_S:
+            return False
+        last = time.monotonic()
+        if not _owned(job_id, attempt).update(lease_expires_at=_lease_until()):
+            raise LostOwnership(str(job_id))
+        return _owned(job_id, attempt).filter(cancel_requested_at__isnull=False).exists()
+
+    return cancelled
+
+
+def request_for(job: GenerationJob) -> GenerationRequest:
+    """The engine request a job stands for (also what a replay re-runs)."""
+    params = GenerationParams(**{name: getattr(job, name) for name in JOB_PARAM_FIELDS})
+    return GenerationRequest(
+        request_id=str(job.id), prompt_token_ids=tuple(job.prompt_token_ids), params=params
+    )
+
+
+def _succeed(
+    job: GenerationJob, attempt: int, trail: Trail, result: GenerationResult, text: str
+) -> None:
+    # The output appears in the same transaction that seals the trail whose records justify
+    # it, and only while this attempt owns the job.
+    cancelled = result.stop_reason == "cancelled"
+    status = GenerationJob.Status.CANCELLED if cancelled else GenerationJob.Status.SUCCEEDED
+    with transaction.atomic():
+        written = _owned(job.id, attempt).update(
+            status=status,
+            output_token_ids=list(result.output_token_ids),
+            output_text=text,
+            stop_reason=result.stop_reason,
+            steps=result.steps,
+            drafted=result.drafted,
+            accepted=result.accepted,
+            prefill_ms=round(result.prefill_ns / 1e6, 1),
+            decode_ms=round(result.decode_ns / 1e6, 1),
+            audit_ms=round(result.audit_ns / 1e6, 1),
+            metrics=job_metrics(result.step_counts),
+            lease_expires_at=None,
+            finished_at=timezone.now(),
+        )
+        if not written:
+            # Another attempt took the job over; its output, not this one, is the job's.
+            transaction.set_rollback(True)
+            logger.warning("attempt finished after losing its job", extra=_log(job, attempt))
+            return
+        trail_seal(
+            trail_id=trail.id,
+            outcome=Trail.Outcome.CANCELLED if cancelled else Trail.Outcome.SUCCEEDED,
+        )
+    metrics.job_decoded(result)
+    metrics.job_finished(status)
+    events.publish(job.id)
+    logger.info(
+        "job cancelled" if cancelled else "job succeeded",
+        extra={
+            **_log(job, attempt),
+            "trail_id": str(trail.id),
+            "tokens": len(result.output_token_ids),
+            "acceptance_rate": round(result.acceptance_rate, 4),
+        },
+    )
+
+
+def _fail(job: GenerationJob, attempt: int, trail: Trail, reason: str) -> None:
+    with contextlib.suppress(DatabaseError):
+        # The store that refused the records may refuse the seal too; the open trail still
+        # verifies up to its last committed record.
+        trail_seal(trail_id=trail.id, outcome=Trail.Outcome.FAILED)
+    failed = _owned(job.id, attempt).update(
+        status=GenerationJob.Status.FAILED,
+        error=reason,
+        lease_expires_at=None,
+        finished_at=timezone.now(),
+    )
+    if failed:
+        metrics.job_finished(GenerationJob.Status.FAILED)
+        events.publish(job.id)
+    logger.warning("job failed", extra={**_log(job, attempt), "error": reason})
+
+
+def _log(job: GenerationJob, attempt: int | None = None) -> dict:
+    fields = {"job_id": str(job.id), "request_id": job.request_id}
+    if attempt is not None:
+        fields["attempt"] = attempt
+    return fields
+
+
+def job_metrics(step_counts) -> dict:
+    """Per-request speculation: what each step drafted and kept, the acceptance rate of each
+    draft position, and how often each accepted length occurred."""
+    drafted = [k for k, _ in step_counts]
+    accepted = [a for _, a in step_counts]
+    longest = max(drafted, default=0)
+    by_position = []
+    for position in range(1, longest + 1):
+        tried = sum(1 for k in drafted if k >= position)
+        kept = sum(1 for a in accepted if a >= position)
+        by_position.append(
+            {
+                "position": position,
+                "drafted": tried,
+                "accepted": kept,
+                "rate": round(kept / tried, 6),
+            }
+        )
+    histogram = [0] * (longest + 1)
+    for a in accepted:
+        histogram[a] += 1
+    return {
+        "drafted_per_step": drafted,
+        "accepted_per_step": accepted,
+        "acceptance_by_position": by_position,
+        "accepted_length_histogram": histogram,
+    }

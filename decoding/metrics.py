@@ -1,0 +1,49 @@
+"""Domain metrics for Prometheus, observed where the work happens (workers and web processes).
+
+With PROMETHEUS_MULTIPROC_DIR set (the Makefile and the deployment guide set it), every process
+on a machine writes its samples there and /metrics on that machine reports them together; the
+gauges read from the database at scrape time live in decoding.api.metrics_view.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+from decoding.engine import GenerationResult
+
+JOBS_FINISHED = Counter(
+    "pathfinder_jobs_finished_total", "Jobs that ended, by final status", ["status"]
+)
+DECODE_STEPS = Counter("pathfinder_decode_steps_total", "Speculative steps decoded (recorded)")
+DRAFTED = Counter("pathfinder_drafted_tokens_total", "Draft tokens proposed")
+ACCEPTED = Counter("pathfinder_accepted_tokens_total", "Draft tokens accepted")
+POSITION_DRAFTED = Counter(
+    "pathfinder_position_drafted_total",
+    "Draft tokens proposed at each draft position",
+    ["position"],
+)
+POSITION_ACCEPTED = Counter(
+    "pathfinder_position_accepted_total",
+    "Draft tokens accepted at each draft position (rate = accepted / drafted)",
+    ["position"],
+)
+AUDIT_COMMIT_SECONDS = Histogram(
+    "pathfinder_audit_commit_seconds",
+    "Time to commit one batch of decision records (one transaction)",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+)
+
+
+def job_finished(status: str) -> None:
+    JOBS_FINISHED.labels(status=str(status)).inc()
+
+
+def job_decoded(result: GenerationResult) -> None:
+    DECODE_STEPS.inc(result.steps)
+    DRAFTED.inc(result.drafted)
+    ACCEPTED.inc(result.accepted)
+    for drafted, accepted in result.step_counts:
+        for position in range(1, drafted + 1):
+            POSITION_DRAFTED.labels(position=str(position)).inc()
+            if position <= accepted:
+                POSITION_ACCEPTED.labels(position=str(position)).inc()

@@ -1,0 +1,94 @@
+"""Readiness: can this deployment take and finish a job, and is its audit upkeep current?"""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+from audit.models import Checkpoint, VerificationRun
+
+# Seconds to wait for workers to answer a ping.
+WORKER_PING_S = 1.0
+
+
+def readiness() -> dict:
+    """{"ready": bool, "checks": {...}}: ready when the database answers with every migration
+    applied, the broker answers and at least one worker does. The ages of the last successful
+    verification and checkpoint are reported (a fresh installation has neither)."""
+    checks = {"database": _database()}
+    checks["migrations"] = _migrations() if checks["database"]["ok"] else {"ok": False}
+    checks["broker"] = _broker()
+    checks["workers"] = _workers() if checks["broker"]["ok"] else {"ok": False, "count": 0}
+    if checks["database"]["ok"]:
+        checks["verification"] = _verification()
+        checks["checkpoint"] = _checkpoint()
+    ready = all(checks[name]["ok"] for name in ("database", "migrations", "broker", "workers"))
+    return {"ready": ready, "checks": checks}
+
+
+def _error(exc: Exception) -> dict:
+    return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def _database() -> dict:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return {"ok": True, "vendor": connection.vendor}
+    except Exception as exc:
+        return _error(exc)
+
+
+def _migrations() -> dict:
+    try:
+        executor = MigrationExecutor(connection)
+        pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        return {"ok": not pending, "pending": len(pending)}
+    except Exception as exc:
+        return _error(exc)
+
+
+def _broker() -> dict:
+    from pathfinder_site.celery import app
+
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+            return {"ok": True, "transport": conn.transport_cls}
+    except Exception as exc:
+        return _error(exc)
+
+
+def _workers() -> dict:
+    from pathfinder_site.celery import app
+
+    try:
+        replies = app.control.ping(timeout=WORKER_PING_S) or []
+    except Exception as exc:
+        return {**_error(exc), "count": 0}
+    names = sorted(name for reply in replies for name in reply)
+    return {"ok": bool(names), "count": len(names), "names": names}
+
+
+def _age_s(moment) -> float | None:
+    return None if moment is None else round((timezone.now() - moment).total_seconds(), 1)
+
+
+def _verification() -> dict:
+    last_ok = VerificationRun.objects.filter(ok=True).order_by("-finished_at").first()
+    last = VerificationRun.objects.order_by("-finished_at").first()
+    return {
+        "ok": last is None or last.ok,
+        "last_run_ok": None if last is None else last.ok,
+        "last_success_age_s": _age_s(last_ok.finished_at if last_ok else None),
+    }
+
+
+def _checkpoint() -> dict:
+    last = Checkpoint.objects.order_by("-created_at").first()
+    return {
+        "ok": True,
+        "tree_size": None if last is None else last.tree_size,
+        "age_s": _age_s(last.created_at if last else None),
+    }

@@ -1,0 +1,41 @@
+"""Gauges read from the database at scrape time: true for the whole deployment, whichever
+process is scraped."""
+
+from django.db.models import Count
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily
+
+from audit.models import Checkpoint, VerificationRun
+from decoding.models import GenerationJob
+
+
+class DatabaseCollector:
+    def collect(self):
+        jobs = GaugeMetricFamily("pathfinder_jobs", "Jobs by current status", labels=["status"])
+        counts = dict(
+            GenerationJob.objects.values_list("status").annotate(n=Count("pk")).order_by()
+        )
+        for status in GenerationJob.Status.values:
+            jobs.add_metric([status], counts.get(status, 0))
+        yield jobs
+
+        now = timezone.now()
+        checkpoint = Checkpoint.objects.order_by("-created_at").only("created_at").first()
+        if checkpoint is not None:
+            yield GaugeMetricFamily(
+                "pathfinder_checkpoint_age_seconds",
+                "Seconds since the last signed checkpoint",
+                value=(now - checkpoint.created_at).total_seconds(),
+            )
+        last = VerificationRun.objects.order_by("-finished_at").only("ok", "finished_at").first()
+        if last is not None:
+            yield GaugeMetricFamily(
+                "pathfinder_last_verification_ok",
+                "1 if the last verification run found every link intact",
+                value=1 if last.ok else 0,
+            )
+            yield GaugeMetricFamily(
+                "pathfinder_last_verification_age_seconds",
+                "Seconds since the last verification run finished",
+                value=(now - last.finished_at).total_seconds(),
+            )

@@ -1,0 +1,53 @@
+"""/readyz names what is missing; /metrics reports the deployment's jobs and this process's
+counters in Prometheus' text format."""
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from audit.log import checkpoint_create
+from audit.verification import verify_everything
+
+
+def samples(text: str) -> dict:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_readyz_is_503_naming_the_missing_worker_and_reports_audit_upkeep(client, run_job):
+    # No Celery worker listens in this test process's environment.
+    run_job(max_tokens=3)
+    verify_everything()
+    checkpoint_create()
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    checks = body["checks"]
+    assert body["ready"] is False
+    assert checks["database"]["ok"] and checks["migrations"] == {"ok": True, "pending": 0}
+    assert checks["broker"]["ok"] is True
+    assert checks["workers"] == {"ok": False, "count": 0, "names": []}
+    assert checks["verification"]["last_run_ok"] is True
+    assert 0 <= checks["verification"]["last_success_age_s"] < 60
+    assert checks["checkpoint"]["tree_size"] >= 1 and checks["checkpoint"]["age_s"] < 60
+
+
+def test_metrics_reports_jobs_by_status_and_speculation_counters(client, run_job):
+    before = samples(client.get("/metrics").content.decode())
+    job = run_job(max_tokens=40, draft_length=4)
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    after = samples(response.content.decode())
+    assert after[("pathfinder_jobs", (("status", "succeeded"),))] >= 1
+
+    def grew(name, labels=()):
+        return after.get((name, labels), 0) - before.get((name, labels), 0)
+
+    assert grew("pathfinder_decode_steps_total") == job.steps
+    assert grew("pathfinder_drafted_tokens_total") == job.drafted
+    assert grew("pathfinder_accepted_tokens_total") == job.accepted
+    assert grew("pathfinder_position_drafted_total", (("position", "1"),)) > 0
+    assert grew("pathfinder_jobs_finished_total", (("status", "succeeded"),)) == 1
+    assert grew("pathfinder_audit_commit_seconds_count") >= 1
+    assert any(name.startswith("django_http_requests") for name, _ in after)
