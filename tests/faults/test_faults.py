@@ -1,0 +1,196 @@
+"""Faults injected into real processes. After each: every job ended succeeded, or failed with a
+reason; no job is lost; every output is exactly the tokens of its committed records; every trail
+verifies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import psycopg
+import pytest
+import requests
+
+from tests.system.helpers import FINISHED, auth, describe, get, submit
+
+from .conftest import APP_ROLE, FaultStack
+
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(400)]
+
+MODEL = "smollm2-135m-instruct"
+PROMPT = "Write a long story about a lighthouse keeper and the sea."
+
+
+def submit_jobs(stack: FaultStack, count: int, max_tokens: int = 200) -> list[str]:
+    ids = []
+    for i in range(count):
+        response = submit(
+            stack,
+            # No end-of-sequence token: each job decodes its full length, long enough to fault.
+            {"model": MODEL, "prompt": PROMPT, "max_tokens": max_tokens, "seed": i,
+             "temperature": 0.8, "eos_token_id": None},
+        )  # fmt: skip
+        assert response.status_code == 202, response.text
+        ids.append(response.json()["id"])
+    return ids
+
+
+def db(stack: FaultStack):
+    return psycopg.connect(stack.database_url, autocommit=True)
+
+
+def rows(stack: FaultStack, query: str, *params) -> list[tuple]:
+    with db(stack) as conn:
+        return conn.execute(query, params).fetchall()
+
+
+def wait_until(predicate, timeout: float = 60, every: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"not within {timeout}s: {predicate.__doc__ or predicate}")
+
+
+def a_running_job_with_records(stack: FaultStack) -> tuple[str, str] | None:
+    """(job id, host:pid of its worker process) of a job that has committed records."""
+    found = rows(
+        stack,
+        """SELECT j.id::text, j.worker FROM decoding_generationjob j
+           JOIN audit_trail t ON t.id = j.trail_id
+           WHERE j.status = 'running' AND t.record_count > 0 LIMIT 1""",
+    )
+    return found[0] if found else None
+
+
+def assert_nothing_lost(stack: FaultStack, job_ids: list[str], timeout: float = 180) -> dict:
+    """The suite's invariants; returns {job id: job} for further checks."""
+    deadline = time.monotonic() + timeout
+    jobs: dict[str, dict] = {}
+    while time.monotonic() < deadline:
+        found = rows(
+            stack,
+            "SELECT id::text, status, error, output_token_ids, trail_id::text "
+            "FROM decoding_generationjob",
+        )
+        jobs = {
+            job_id: {"status": s, "error": e, "output": o, "trail": t}
+            for job_id, s, e, o, t in found
+        }
+        if set(job_ids) <= set(jobs) and all(j["status"] in FINISHED for j in jobs.values()):
+            break
+        time.sleep(0.25)
+    unfinished = {k: v["status"] for k, v in jobs.items() if v["status"] not in FINISHED}
+    assert not unfinished, f"jobs not finished: {unfinished}\n{stack.log_tails()}"
+    assert set(job_ids) <= set(jobs), "a submitted job is missing"
+    for job_id, job in jobs.items():
+        assert job["status"] in ("succeeded", "failed"), (job_id, job)
+        if job["status"] == "failed":
+            assert job["error"], f"job {job_id} failed without a reason"
+            assert job["output"] == [], f"failed job {job_id} released tokens"
+        recorded = [
+            token
+            for (payload,) in rows(
+                stack,
+                "SELECT payload FROM audit_decisionrecord WHERE trail_id = %s ORDER BY seq",
+                job["trail"],
+            )
+            for token in json.loads(payload)["emitted"]
+        ]
+        if job["status"] == "succeeded":
+            assert job["output"] == recorded, f"job {job_id}: output differs from its records"
+    verified = stack.manage("verify_chain", "--all", "--json", timeout=120)
+    report = json.loads(verified.stdout) if verified.stdout.strip() else {}
+    assert verified.returncode == 0 and report.get("ok"), describe(verified)
+    return jobs
+
+
+def test_a_worker_killed_mid_decode_loses_nothing(fault_stack):
+    stack = fault_stack
+    job_ids = submit_jobs(stack, 4)
+    job_id, worker = wait_until(lambda: a_running_job_with_records(stack))
+    pid = int(worker.rsplit(":", 1)[1])
+    victim = next(
+        p for p in stack.processes.values() if p.popen.pid == os.getpgid(pid)
+    )  # the Celery worker (master and pool child) the job runs in
+    os.killpg(victim.popen.pid, signal.SIGKILL)  # a machine lost, mid-decode
+
+    jobs = assert_nothing_lost(stack, job_ids)
+    assert jobs[job_id]["status"] == "succeeded"
+    attempts = rows(
+        stack,
+        "SELECT attempt, outcome, previous_id::text, id::text FROM audit_trail "
+        "WHERE job_id = %s ORDER BY attempt",
+        job_id,
+    )
+    assert len(attempts) >= 2
+    assert attempts[0][1] == "abandoned" and attempts[-1][1] == "succeeded"
+    assert attempts[1][2] == attempts[0][3]  # the new trail links the abandoned one
+
+
+def test_postgresql_restarted_mid_job_loses_nothing(fault_stack):
+    stack = fault_stack
+    job_ids = submit_jobs(stack, 4)
+    wait_until(lambda: a_running_job_with_records(stack))
+    stack.pg.restart()
+    assert_nothing_lost(stack, job_ids)
+    after = submit_jobs(stack, 1, max_tokens=20)  # and the service works again
+    assert assert_nothing_lost(stack, after)[after[0]]["status"] == "succeeded"
+
+
+def test_redis_stopped_while_jobs_are_queued_loses_nothing(fault_stack):
+    stack = fault_stack
+    job_ids = submit_jobs(stack, 6, max_tokens=120)  # two run, four wait in the queue
+    wait_until(lambda: a_running_job_with_records(stack))
+    stack.redis.stop()  # the queued messages are gone with it (no persistence)
+    refused = requests.post(
+        stack.url("/api/v1/generations"),
+        json={"model": MODEL, "prompt": PROMPT, "max_tokens": 10},
+        headers=auth(stack.api_key),
+        timeout=60,
+    )
+    assert refused.status_code == 503, refused.text
+    time.sleep(2)
+    stack.redis.start()
+    jobs = assert_nothing_lost(stack, job_ids, timeout=240)
+    assert all(jobs[job_id]["status"] == "succeeded" for job_id in job_ids)
+    # The refused submission was stored and failed with its reason, never silently dropped.
+    failed = [j for j in jobs.values() if j["status"] == "failed"]
+    assert len(failed) == 1 and "queue is unavailable" in failed[0]["error"]
+
+
+def test_an_audit_store_that_refuses_inserts_fails_jobs_closed(fault_stack):
+    stack = fault_stack
+    job_ids = submit_jobs(stack, 3, max_tokens=300)
+    wait_until(lambda: a_running_job_with_records(stack))
+    with db(stack) as conn:
+        conn.execute(f"REVOKE INSERT ON audit_decisionrecord FROM {APP_ROLE}")
+    refused = submit_jobs(stack, 1, max_tokens=50)
+    jobs = assert_nothing_lost(stack, job_ids + refused)
+    failures = [j for j in jobs.values() if j["status"] == "failed"]
+    assert failures, "no job met the refusing store"
+    assert all("audit store unavailable" in j["error"] for j in failures)
+    assert all("permission denied" in j["error"] for j in failures)
+
+    with db(stack) as conn:
+        conn.execute(f"GRANT INSERT ON audit_decisionrecord TO {APP_ROLE}")
+    again = submit_jobs(stack, 1, max_tokens=20)
+    assert assert_nothing_lost(stack, again)[again[0]]["status"] == "succeeded"
+
+
+def test_two_workers_handed_the_same_job_run_it_once(fault_stack):
+    stack = fault_stack
+    (job_id,) = submit_jobs(stack, 1, max_tokens=200)
+    for _ in range(2):  # the same message redelivered, as a broker may
+        sent = stack.celery("call", "decoding.run_generation", "--args", json.dumps([job_id]))
+        assert sent.returncode == 0, describe(sent)
+    jobs = assert_nothing_lost(stack, [job_id])
+    assert jobs[job_id]["status"] == "succeeded"
+    trails = rows(stack, "SELECT attempt, outcome FROM audit_trail WHERE job_id = %s", job_id)
+    assert trails == [(1, "succeeded")]  # one attempt, one trail, one output
+    job = get(stack, f"/api/v1/generations/{job_id}").json()
+    assert job["attempts"] == 1
