@@ -38,11 +38,13 @@ class Command(BaseCommand):
             raise CommandError(f"run migrate first; missing tables: {', '.join(missing)}")
         statements = [
             sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(role),
-            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}")
-            .format(role),
+            sql.SQL(
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {}"
+            ).format(role),
             sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {}").format(role),
-            sql.SQL("REVOKE TRUNCATE, REFERENCES, TRIGGER ON ALL TABLES IN SCHEMA public FROM {}")
-            .format(role),
+            sql.SQL(
+                "REVOKE TRUNCATE, REFERENCES, TRIGGER ON ALL TABLES IN SCHEMA public FROM {}"
+            ).format(role),
             sql.SQL("REVOKE UPDATE, DELETE ON {} FROM {}").format(
                 sql.SQL(", ").join(map(sql.Identifier, APPEND_ONLY)), role
             ),
