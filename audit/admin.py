@@ -1,12 +1,26 @@
 """Audit rows in the admin: visible to operators, never editable (the triggers agree)."""
 
 from django.contrib import admin
+from django.core.paginator import Paginator
+from django.utils.functional import cached_property
 
-from .models import Checkpoint, DecisionRecord, LedgerEntry, Trail, VerificationRun
+from .models import Checkpoint, DecisionRecord, LedgerEntry, TaskLock, Trail, VerificationRun
+
+
+class CappedCountPaginator(Paginator):
+    """Counts at most CAP + 1 rows: an audit table may hold billions, and the admin's page
+    count is not worth a full scan. Beyond the cap, narrow the list with search or filters."""
+
+    CAP = 10_000
+
+    @cached_property
+    def count(self):
+        return len(self.object_list.values_list("pk", flat=True)[: self.CAP + 1])
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     show_full_result_count = False  # no full-table COUNT on large audit tables
+    paginator = CappedCountPaginator
 
     def has_add_permission(self, request):
         return False
@@ -20,7 +34,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Trail)
 class TrailAdmin(ReadOnlyAdmin):
-    list_display = ("id", "job_id", "attempt", "status", "outcome", "record_count", "created_at")
+    list_display = (
+        "id", "job_id", "attempt", "previous_id", "status", "outcome", "record_count", "created_at"
+    )  # fmt: skip
     list_filter = ("status", "outcome")
     search_fields = ("=id", "=job_id")
 
@@ -47,3 +63,8 @@ class VerificationRunAdmin(ReadOnlyAdmin):
 @admin.register(Checkpoint)
 class CheckpointAdmin(ReadOnlyAdmin):
     list_display = ("id", "tree_size", "root_hash", "created_at")
+
+
+@admin.register(TaskLock)
+class TaskLockAdmin(ReadOnlyAdmin):
+    list_display = ("name", "holder", "locked_until")

@@ -49,18 +49,24 @@ def api_key_create(
     expires_at=None,
 ) -> tuple[ApiKey, str]:
     """Create a key for a matter (creating the matter if needed). The raw key is returned once."""
-    raw_key = f"pf_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
         matter, _ = Matter.objects.get_or_create(name=matter_name)
-        key = ApiKey.objects.create(
+        key = ApiKey(
             matter=matter,
             name=name,
-            prefix=raw_key[:10],
-            key_hash=ApiKey.digest(raw_key),
             scopes=list(scopes) if scopes else list(ApiKey.Scope.values),
             expires_at=expires_at,
         )
+        raw_key = api_key_issue(key)
     return key, raw_key
+
+
+def api_key_issue(key: ApiKey) -> str:
+    """Give an unsaved key its secret and save it; the raw key is returned, never stored."""
+    raw_key = f"pf_{secrets.token_urlsafe(32)}"
+    key.prefix, key.key_hash = raw_key[:10], ApiKey.digest(raw_key)
+    key.save()
+    return raw_key
 
 
 def api_key_revoke(*, key: ApiKey) -> bool:
