@@ -24,10 +24,14 @@ def resolve_path(path: str) -> Path:
 def model_spec_check(spec) -> int:
     """Validate a spec; return the target's vocabulary size. Errors name the offending field."""
     target_vocab = _vocab_size(spec.provider, spec.path, field="path")
+    if spec.provider == "remote":
+        _check_remote(spec.provider_settings or {}, field="provider_settings")
     if spec.drafter == "draft_model":
         draft = spec.drafter_settings or {}
         provider = draft.get("provider", spec.provider)
-        if provider not in ("llamacpp", "transformers", "stub"):
+        if provider == "remote":
+            _check_remote(draft, field="drafter_settings")
+        if provider not in ("llamacpp", "transformers", "remote", "stub"):
             raise ValidationError({"drafter_settings": f"unknown draft provider {provider!r}"})
         draft_vocab = _vocab_size(provider, draft.get("path", ""), field="drafter_settings")
         if draft_vocab != target_vocab:
@@ -47,6 +51,29 @@ def model_spec_check(spec) -> int:
                 {"drafter_settings": "prompt lookup needs integers 1 <= min_ngram <= max_ngram"}
             )
     return target_vocab
+
+
+def _check_remote(options: dict, *, field: str) -> None:
+    url = options.get("base_url", "")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ValidationError(
+            {field: 'a remote model needs "base_url": the server\'s OpenAI API root, e.g. '
+             '"http://host:8000/v1"'}
+        )  # fmt: skip
+    top = options.get("top_logprobs", 20)
+    if not isinstance(top, int) or top < 1:
+        raise ValidationError({field: '"top_logprobs" must be a positive integer'})
+
+
+def remote_top_logprobs(spec) -> list[int]:
+    """The log-probabilities per position of each remote model in the spec (none: [])."""
+    tops = []
+    if spec.provider == "remote":
+        tops.append((spec.provider_settings or {}).get("top_logprobs", 20))
+    draft = spec.drafter_settings or {}
+    if spec.drafter == "draft_model" and draft.get("provider") == "remote":
+        tops.append(draft.get("top_logprobs", 20))
+    return tops
 
 
 def _vocab_size(provider: str, path: str, *, field: str) -> int:

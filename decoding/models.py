@@ -67,6 +67,7 @@ class ModelSpec(models.Model):
     class Provider(models.TextChoices):
         LLAMACPP = "llamacpp", "llama.cpp (GGUF)"
         TRANSFORMERS = "transformers", "Hugging Face transformers"
+        REMOTE = "remote", "an OpenAI-compatible server (prompt log-probabilities)"
         STUB = "stub", "deterministic stub (tests and demos)"
 
     class Drafter(models.TextChoices):

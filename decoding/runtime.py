@@ -145,6 +145,8 @@ def _provider(kind, path, revision, options, name, *, draft=False) -> Provider:
             n_threads=options.get("n_threads", settings.PATHFINDER_LLAMA_THREADS),
             n_ctx=options.get("n_ctx", _context_size()),
         )
+    if kind == "remote":
+        return _remote_provider(weights, revision, options, name)
     if kind == "transformers":
         from decoding.engine.providers.transformers_hf import TransformersProvider
 
@@ -152,6 +154,25 @@ def _provider(kind, path, revision, options, name, *, draft=False) -> Provider:
             weights, name=name, revision=revision, cache_dir=settings.PATHFINDER_MODEL_CACHE_DIR
         )
     raise ValueError(f"unknown provider {kind!r}")
+
+
+def _remote_provider(weights, revision: str, options: dict, name: str) -> Provider:
+    """A model on an OpenAI-compatible server; `path` names a local copy of its vocabulary
+    (and, when it is the served file, its weights' SHA-256)."""
+    from decoding.engine.providers.remote import RemoteProvider
+    from decoding.engine.weights import weights_sha256
+
+    return RemoteProvider(
+        options["base_url"],
+        tokenizer=_tokenizer_only("remote", str(weights)),
+        name=name,
+        model=options.get("model", ""),
+        revision=revision,
+        sha256=options.get("sha256") or (weights_sha256(weights) if weights.is_file() else ""),
+        top_logprobs=options.get("top_logprobs", 20),
+        timeout_s=options.get("timeout_s", 30),
+        retries=options.get("retries", 2),
+    )
 
 
 def _context_size() -> int:

@@ -108,6 +108,7 @@ class GenerationInput(serializers.Serializer):
             )
         except PromptError as exc:
             raise serializers.ValidationError({exc.field: [str(exc)]}) from exc
+        _refuse_inexact_remote(spec, attrs)
         eos = attrs.get("eos_token_id")
         if eos is not None and eos >= runtime.vocab_size(spec):
             raise serializers.ValidationError(
@@ -116,11 +117,22 @@ class GenerationInput(serializers.Serializer):
         return {**attrs, "spec": spec, "prompt": prompt, "messages": messages}
 
 
-def _at_most(value: int, limit: int) -> int:
-    # Limits come from settings at request time, so they cannot be field arguments.
-    if value > limit:
-        raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.")
-    return value
+def _refuse_inexact_remote(spec: ModelSpec, attrs: dict) -> None:
+    """A remote model is exact only for greedy decoding and top-k within what it returns."""
+    from decoding.engine.providers.remote import params_refusal
+    from decoding.model_specs import remote_top_logprobs
+    from decoding.services import job_params
+
+    tops = remote_top_logprobs(spec)
+    if not tops:
+        return
+    effective = job_params(spec, {k: v for k, v in attrs.items() if k in ("temperature", "top_k")})
+    refusal = params_refusal(
+        temperature=effective["temperature"], top_k=effective["top_k"], top_logprobs=min(tops)
+    )
+    if refusal is not None:
+        field, reason = refusal
+        raise serializers.ValidationError({field: [f"Not exact on this model: {reason}."]})
 
 
 class GenerationFilter(serializers.Serializer):

@@ -27,6 +27,11 @@ class Tokenizer(ABC):
         """The text one token contributes, for reviewers (a partial UTF-8 character shows as
         U+FFFD; the token id remains the record's truth)."""
 
+    def render(self, token_ids: Sequence[int]) -> str:
+        """The exact text of a token sequence with special tokens spelled out: what a model
+        server, tokenising with special tokens on, turns back into these ids."""
+        raise NotImplementedError(f"{type(self).__name__} cannot render text for a server")
+
     def token_text(self, token_id: int) -> str:
         """The token's own spelling, special tokens included (for display)."""
         return self.piece(token_id)

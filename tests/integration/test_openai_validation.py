@@ -67,3 +67,50 @@ def test_the_schema_is_served_and_names_every_endpoint(client):
         "/api/v1/generations/{job_id}/trail",
     } <= set(schema["paths"])
     assert client.get("/api/docs/").status_code == 200
+
+
+@pytest.fixture
+def remote_spec(db):
+    from decoding.models import ModelSpec
+
+    return ModelSpec.objects.create(
+        name="remote-smollm2",
+        provider="remote",
+        path="",  # the bundled GGUF: its vocabulary tokenises for the server
+        provider_settings={"base_url": "http://127.0.0.1:9/v1", "top_logprobs": 10},
+        drafter="prompt_lookup",
+        drafter_settings={"min_ngram": 3, "max_ngram": 3},
+    )
+
+
+@pytest.mark.parametrize(
+    ("params", "says"),
+    [
+        ({"temperature": 0.7}, "top 10 log-probabilities"),
+        ({"temperature": 0.7, "top_k": 11}, "exceeds"),
+    ],
+)
+def test_a_remote_model_refuses_sampling_it_cannot_do_exactly(owner, remote_spec, params, says):
+    response = owner.api.post(
+        "/api/v1/generations",
+        {"model": "remote-smollm2", "prompt": "Hello", **params},
+        format="json",
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["field"] == "top_k" and says in error["message"]
+    assert not GenerationJob.objects.exists()
+    greedy = {"model": "remote-smollm2", "prompt": "Hello", "temperature": 0}
+    assert owner.api.post("/api/v1/generations", greedy, format="json").status_code == 202
+
+
+def test_a_remote_spec_needs_a_base_url(db):
+    from django.core.exceptions import ValidationError
+
+    from decoding.models import ModelSpec
+
+    spec = ModelSpec(
+        name="no-url", provider="remote", drafter="prompt_lookup", provider_settings={}
+    )
+    with pytest.raises(ValidationError, match="base_url"):
+        spec.full_clean()

@@ -69,13 +69,20 @@ class LlamaCppTokenizer(Tokenizer):
             capacity = -n  # too small: llama.cpp says how many it needs
 
     def decode(self, token_ids: Sequence[int]) -> str:
+        return self._detokenize(token_ids, remove_special=True, unparse_special=False)
+
+    def render(self, token_ids: Sequence[int]) -> str:
+        return self._detokenize(token_ids, remove_special=False, unparse_special=True)
+
+    def _detokenize(self, token_ids, *, remove_special: bool, unparse_special: bool) -> str:
         tokens = (llama_cpp.llama_token * len(token_ids))(*token_ids)
         capacity = 8 * len(token_ids) + 16
         while True:
             buffer = ctypes.create_string_buffer(capacity)
             n = llama_cpp.llama_detokenize(
-                self._vocab, tokens, len(token_ids), buffer, capacity, True, False
-            )
+                self._vocab, tokens, len(token_ids), buffer, capacity, remove_special,
+                unparse_special,
+            )  # fmt: skip
             if n >= 0:
                 return buffer.raw[:n].decode("utf-8", errors="replace")
             capacity = -n

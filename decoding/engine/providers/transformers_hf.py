@@ -61,6 +61,11 @@ class HFTokenizer(Tokenizer):
     def decode(self, token_ids: Sequence[int]) -> str:
         return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
+    def render(self, token_ids: Sequence[int]) -> str:
+        return self._tokenizer.decode(
+            list(token_ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+
     def piece(self, token_id: int) -> str:
         return "" if token_id in self._special else self.token_text(token_id)
 
