@@ -10,7 +10,8 @@ class StreamOptions(serializers.Serializer):
 
 
 class _OpenAIInput(serializers.Serializer):
-    """The fields both endpoints take. `top_k` is an extension; `n` must be 1."""
+    """The fields both endpoints take. `top_k` and `ignore_eos` are extensions (as vLLM's);
+    `n` must be 1."""
 
     model = serializers.CharField(max_length=100, required=False)
     max_tokens = serializers.IntegerField(min_value=1, required=False, allow_null=True)
@@ -24,6 +25,8 @@ class _OpenAIInput(serializers.Serializer):
     stream = serializers.BooleanField(required=False, default=False)
     stream_options = StreamOptions(required=False, allow_null=True)
     user = serializers.CharField(max_length=256, required=False, allow_blank=True)
+    # vLLM's extension: decode max_tokens tokens even past the end-of-sequence token.
+    ignore_eos = serializers.BooleanField(required=False, default=False)
     n = serializers.IntegerField(required=False, allow_null=True)
 
     def to_internal_value(self, data):
@@ -45,6 +48,8 @@ class _OpenAIInput(serializers.Serializer):
         data = {k: v for k, v in self.validated_data.items() if v is not None}
         for openai_only in ("stream", "stream_options", "user", "n"):
             data.pop(openai_only, None)
+        if data.pop("ignore_eos"):
+            data["eos_token_id"] = None
         return data
 
 

@@ -151,7 +151,13 @@ def test_no_chunk_arrives_before_its_record_is_committed(client, postgres_stack,
 def test_a_client_that_leaves_a_stream_cancels_its_job(postgres_stack):
     response = requests.post(
         postgres_stack.url("/v1/completions"),
-        json={"model": MODEL, "prompt": PROMPT, "max_tokens": 1000, "stream": True},
+        json={
+            "model": MODEL,
+            "prompt": PROMPT,
+            "max_tokens": 1000,
+            "stream": True,
+            "ignore_eos": True,
+        },  # fmt: skip
         headers=auth(postgres_stack.api_key),
         stream=True,
         timeout=60,
@@ -171,7 +177,8 @@ def test_a_client_that_leaves_a_stream_cancels_its_job(postgres_stack):
 
 
 def test_the_cancel_endpoint_stops_a_running_job_at_a_step_boundary(postgres_stack):
-    created = submit(postgres_stack, {"model": MODEL, "prompt": PROMPT, "max_tokens": 1000})
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 1000, "eos_token_id": None}
+    created = submit(postgres_stack, body)
     job_id = created.json()["id"]
     deadline = time.monotonic() + 60
     while not committed_tokens(postgres_stack, job_id):  # running, with records committed
