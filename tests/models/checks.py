@@ -100,3 +100,37 @@ def assert_greedy_equal_but_near_ties(
             )
             return position, gap
     return None
+
+
+def assert_two_tokens_distributed_as_target_sampling(
+    decoder, target: Provider, prompt: Sequence[int], params: dict, seeds: int, records
+) -> None:
+    """Speculative sampling's first two tokens over `seeds` seeds follow the target-only law
+    p(t1) p(t2 | t1) under the same warping: chi-square at significance 0.001 (cells expecting
+    < 5 pooled; the seeds are fixed, so the outcome is deterministic; a biased rule fails by
+    orders of magnitude). `records` are the sink's, to show the draft was both right and wrong."""
+    from scipy.stats import chisquare
+
+    from decoding.engine import GenerationParams, GenerationRequest
+    from tests.chisquare import pool_small_cells
+
+    vocab = target.vocab_size
+    counts = np.zeros((vocab, vocab))
+    for seed in range(seeds):
+        run = GenerationParams(max_tokens=3, draft_length=2, seed=seed, **params)
+        output = decoder.generate(GenerationRequest("r", tuple(prompt), run)).output_token_ids
+        counts[output[0], output[1]] += 1
+    drafted = sum(record.drafted_count for record in records)
+    accepted = sum(record.accepted_count for record in records)
+    assert 0 < accepted < drafted
+
+    warping = GenerationParams(**params)
+    p1 = target.next_distributions(prompt, 1, warping)[0]
+    joint = np.stack(
+        [p1[t] * target.next_distributions((*prompt, t), 1, warping)[0] for t in range(vocab)]
+    )
+    expected = seeds * joint.ravel()
+    observed = counts.ravel()
+    assert observed[expected == 0].sum() == 0  # never a token the warping rules out
+    observed, expected = pool_small_cells(observed[expected > 0], expected[expected > 0])
+    assert chisquare(observed, expected).pvalue > 0.001

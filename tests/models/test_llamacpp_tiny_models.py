@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.stats import chisquare
 
 from decoding.engine import (
     DraftModelDrafter,
@@ -16,9 +15,8 @@ from decoding.engine import (
 )
 from decoding.engine.providers.llamacpp import LlamaCppProvider
 from decoding.engine.providers.transformers_hf import TransformersProvider
-from tests.chisquare import pool_small_cells
 
-from .checks import greedy_continuation
+from .checks import assert_two_tokens_distributed_as_target_sampling, greedy_continuation
 from .conftest import THREADS
 
 PROMPT = (1, 3, 13, 15, 25, 24)  # <s> the big red bird saw, the transformers tests' prompt
@@ -89,26 +87,8 @@ SEEDS = 2000
 
 
 def test_sampled_output_is_distributed_exactly_as_target_only_sampling(draft, target, sink):
-    params = {"temperature": 0.8, "top_k": 8, "top_p": 0.95}
     decoder = SpeculativeDecoder(DraftModelDrafter(draft), target, sink)
-    vocab = target.vocab_size
-    counts = np.zeros((vocab, vocab))
-    for seed in range(SEEDS):
-        run = GenerationParams(max_tokens=3, draft_length=2, seed=seed, **params)
-        first, second = decoder.generate(GenerationRequest("r", PROMPT, run)).output_token_ids[:2]
-        counts[first, second] += 1
-    drafted = sum(record.drafted_count for record in sink.records)
-    accepted = sum(record.accepted_count for record in sink.records)
-    assert 0 < accepted < drafted
-
-    warping = GenerationParams(**params)
-    p1 = target.next_distributions(PROMPT, 1, warping)[0]
-    joint = np.stack(
-        [p1[t] * target.next_distributions((*PROMPT, t), 1, warping)[0] for t in range(vocab)]
+    params = {"temperature": 0.8, "top_k": 8, "top_p": 0.95}
+    assert_two_tokens_distributed_as_target_sampling(
+        decoder, target, PROMPT, params, SEEDS, sink.records
     )
-    expected = SEEDS * joint.ravel()
-    observed = counts.ravel()
-    assert observed[expected == 0].sum() == 0
-    observed, expected = pool_small_cells(observed[expected > 0], expected[expected > 0])
-    # Significance 0.001 with fixed seeds, as in the transformers test.
-    assert chisquare(observed, expected).pvalue > 0.001

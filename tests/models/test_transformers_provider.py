@@ -3,9 +3,7 @@ speculative decoding with a real draft model."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from scipy.stats import chisquare
 
 from decoding.engine import (
     DraftModelDrafter,
@@ -14,11 +12,11 @@ from decoding.engine import (
     SpeculativeDecoder,
 )
 from decoding.engine.providers.transformers_hf import TransformersProvider
-from tests.chisquare import pool_small_cells
 
 from .checks import (
     assert_cache_reused_and_truncated,
     assert_same_decisions,
+    assert_two_tokens_distributed_as_target_sampling,
     greedy_continuation,
     separate_calls,
 )
@@ -94,28 +92,7 @@ SEEDS = 2000
     ids=["t1-k5", "t0.8-p0.9"],
 )
 def test_sampled_output_is_distributed_exactly_as_target_only_sampling(draft, target, sink, params):
-    prompt = prompt_ids(target)
     decoder = SpeculativeDecoder(DraftModelDrafter(draft), target, sink)
-    vocab = target.vocab_size
-    counts = np.zeros((vocab, vocab))
-    for seed in range(SEEDS):
-        run = GenerationParams(max_tokens=3, draft_length=2, seed=seed, **params)
-        first, second = decoder.generate(GenerationRequest("r", prompt, run)).output_token_ids[:2]
-        counts[first, second] += 1
-    drafted = sum(record.drafted_count for record in sink.records)
-    accepted = sum(record.accepted_count for record in sink.records)
-    assert 0 < accepted < drafted
-
-    # Exact target-only law of the first two tokens, with the same warping: p(t1) p(t2 | t1).
-    warping = GenerationParams(**params)
-    p1 = target.next_distributions(prompt, 1, warping)[0]
-    joint = np.stack(
-        [p1[t] * target.next_distributions((*prompt, t), 1, warping)[0] for t in range(vocab)]
+    assert_two_tokens_distributed_as_target_sampling(
+        decoder, target, prompt_ids(target), params, SEEDS, sink.records
     )
-    expected = SEEDS * joint.ravel()
-    observed = counts.ravel()
-    assert observed[expected == 0].sum() == 0  # never a token the warping rules out
-    observed, expected = pool_small_cells(observed[expected > 0], expected[expected > 0])
-    # Chi-square goodness of fit at significance 0.001 (cells expecting < 5 pooled). The seeds
-    # are fixed, so the outcome is deterministic; a biased rule fails by orders of magnitude.
-    assert chisquare(observed, expected).pvalue > 0.001
