@@ -9,6 +9,7 @@ ENGINE = Path(decoding.engine.__file__).parent
 RUNTIMES = {
     "llamacpp.py": {"llama_cpp"},
     "transformers_hf.py": {"torch", "transformers"},
+    "remote.py": {"requests"},  # a model server over HTTP
     "weights.py": set(),  # hashing only
 }
 
