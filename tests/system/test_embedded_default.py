@@ -12,6 +12,7 @@ import time
 from contextlib import closing
 
 import pytest
+import requests
 
 from .helpers import (
     REPO_ROOT,
@@ -71,6 +72,15 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
 
         checked = manage(env, "verify_chain", "--all")
         assert checked.returncode == 0, describe(checked)
+
+        # Operators' endpoints work on the embedded default too: its worker answers the
+        # readiness ping over the filesystem queue, and /metrics sees the worker's counters.
+        ready = requests.get(stack.url("/readyz"), timeout=30)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["checks"]["workers"]["count"] == 1
+        metrics = requests.get(stack.url("/metrics"), timeout=30).text
+        assert 'pathfinder_jobs{status="succeeded"} 1.0' in metrics
+        assert "pathfinder_decode_steps_total" in metrics
 
         # The SQLite triggers keep audit rows append-only, even for a direct connection.
         with closing(sqlite3.connect(var_dir / "pathfinder.sqlite3", timeout=30)) as db:

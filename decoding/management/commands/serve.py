@@ -33,7 +33,8 @@ class Command(BaseCommand):
         )  # fmt: skip
         web = subprocess.Popen(
             [python, "-m", "gunicorn", "pathfinder_site.wsgi:application", "--bind",
-             options["bind"], "--workers", str(options["web_workers"]), "--access-logfile", "-"],
+             options["bind"], "--workers", str(options["web_workers"]), "--access-logfile", "-",
+             "--config", str(settings.BASE_DIR / "gunicorn.conf.py")],
             env=env,
         )  # fmt: skip
         self.stdout.write(
