@@ -11,17 +11,13 @@ Systems
   llama.cpp plain      llama-cpp-python's own loop: Llama.generate, temp 0 (greedy) or 0.7
   llama.cpp loop       the engine's LlamaCppProvider, one position per llama_decode, argmax or
                        a draw from the warped distribution: Pathfinder without speculation
-  pathfinder+audit     SpeculativeDecoder: PromptLookupDrafter, AdaptiveSchedule on the verify
-                       cost curve measured at load, TrailSink into PostgreSQL (one transaction
-                       per step), a trail opened and sealed per run
+  pathfinder+audit     SpeculativeDecoder as the worker runs it: PromptLookupDrafter with the
+                       default spec's n-gram settings (min 3, max 3; read from the migrated
+                       database), AdaptiveSchedule on the verify cost curve measured at load,
+                       the real TrailSink into PostgreSQL (records of 16 steps per transaction,
+                       the last batch committed before generate() returns), no on_step callback
+                       (one would force a commit per step), a trail opened and sealed per run
   pathfinder, no audit the same, with a sink that does nothing
-  pathfinder+audit, proposed (prototype)
-                       the proposed changes, prototyped here only (bench/ never ships them):
-                       (1) the same records, hash chain and triggers, but buffered and written
-                       in one transaction per --batch-steps steps and once before the result is
-                       returned (a multi-row INSERT, one trail-row lock and one head update per
-                       batch; the flushes count in its decode time); (2) the prompt-lookup
-                       drafter's n-gram floor raised from 1 to --proposed-min-ngram (3)
   hf greedy/sample     transformers model.generate on the GGUF dequantized to float32
   hf prompt lookup     the same with prompt_lookup_num_tokens (HF assisted generation)
 """
@@ -54,18 +50,24 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
+from decoding.engine import AuditSink  # noqa: E402
+
+# The default spec's prompt-lookup settings (decoding/migrations/0004_prompt_lookup_trigrams.py);
+# the run reads the migrated spec and uses these only if it is missing.
+SPEC_NAME = "smollm2-135m-instruct"
+SHIPPED_NGRAMS = {"min_ngram": 3, "max_ngram": 3}
+
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/pathfinder_bench"
 
 PLAIN = "llama.cpp plain"
 LOOP = "llama.cpp loop"
 PF_AUDIT = "pathfinder+audit"
 PF_NOAUDIT = "pathfinder, no audit"
-PF_BATCHED = "pathfinder+audit, proposed (prototype)"
 HF = "hf generate"
 HF_PLD = "hf prompt lookup"
-SYSTEMS = [PLAIN, LOOP, PF_AUDIT, PF_NOAUDIT, PF_BATCHED, HF, HF_PLD]
-LLAMA_SYSTEMS = [PLAIN, LOOP, PF_AUDIT, PF_NOAUDIT, PF_BATCHED]
-PF_SYSTEMS = (PF_AUDIT, PF_NOAUDIT, PF_BATCHED)
+SYSTEMS = [PLAIN, LOOP, PF_AUDIT, PF_NOAUDIT, HF, HF_PLD]
+LLAMA_SYSTEMS = [PLAIN, LOOP, PF_AUDIT, PF_NOAUDIT]
+PF_SYSTEMS = (PF_AUDIT, PF_NOAUDIT)
 HF_SYSTEMS = [HF, HF_PLD]
 
 TEMPERATURES = {"greedy": 0.0, "t=0.7": 0.7}
@@ -285,11 +287,51 @@ def setup_database(url: str, fresh: bool) -> dict:
     return settings
 
 
-class NullSink:
+class NullSink(AuditSink):
     """The audit sink switched off: commits nothing, costs nothing."""
 
     def record(self, record) -> None:
         pass
+
+
+class StepStats(AuditSink):
+    """Wraps the sink the decoder is given: notes each step's figures in record(), then hands
+    record() and flush() to the inner sink unchanged. No on_step callback is passed to the
+    decoder, since one forces a commit per step; this is how the run still sees every step.
+    commits counts the inner TrailSink's transactions (a record() that emptied its buffer, or a
+    flush() that found one)."""
+
+    def __init__(self, inner: AuditSink) -> None:
+        self.inner = inner
+        self.steps: list[tuple[int, int, int, int, int]] = []
+        self.flush_calls = 0
+        self.commits = 0
+
+    def _pending(self) -> int | None:
+        pending = getattr(self.inner, "_pending", None)
+        return None if pending is None else len(pending)
+
+    def record(self, record) -> None:
+        self.steps.append(
+            (
+                record.drafted_count,
+                record.accepted_count,
+                len(record.emitted),
+                record.draft_ns,
+                record.verify_ns,
+            )
+        )
+        before = self._pending()
+        self.inner.record(record)
+        if before is not None and self._pending() <= before:
+            self.commits += 1
+
+    def flush(self) -> None:
+        self.flush_calls += 1
+        before = self._pending()
+        self.inner.flush()
+        if before:
+            self.commits += 1
 
 
 class BackoffSchedule:
@@ -319,53 +361,6 @@ class BackoffSchedule:
                 inner._probe_interval = min(2 * inner._probe_interval, self.max_interval)
                 self.backoffs += 1
         inner.observe(drafted, accepted)
-
-
-class BatchedTrailSink:
-    """PROTOTYPE of the proposed engine/audit change, for measurement only (bench/ never ships
-    it): record() keeps the canonical payload; flush() appends every pending record to the trail
-    in one transaction. The rows, hashes and triggers are exactly audit.store.trail_append's;
-    only the number of transactions and statements changes. Invariant 1 holds as long as no
-    token of a step is released before the flush that commits its record, which is the case
-    for a non-streaming job (the output is released once, at the end)."""
-
-    def __init__(self, trail_id) -> None:
-        self.trail_id = trail_id
-        self.pending: list[str] = []
-        self.flush_ns = 0
-        self.flushes = 0
-
-    def record(self, record) -> None:
-        from audit import chain
-
-        self.pending.append(chain.canonical_json(record.payload()))
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        from django.db import transaction
-
-        from audit import chain
-        from audit.models import DecisionRecord, Trail
-
-        started = time.perf_counter_ns()
-        with transaction.atomic():
-            trail = Trail.objects.select_for_update().get(pk=self.trail_id)
-            seq, prev, trail_id = trail.record_count, trail.head_hash, str(trail.id)
-            rows = []
-            for text in self.pending:
-                digest = chain.record_hash(trail_id, seq, prev, text)
-                rows.append(
-                    DecisionRecord(
-                        trail=trail, seq=seq, payload=text, prev_hash=prev, record_hash=digest
-                    )
-                )
-                seq, prev = seq + 1, digest
-            DecisionRecord.objects.bulk_create(rows)
-            Trail.objects.filter(pk=trail.pk).update(record_count=seq, head_hash=prev)
-        self.pending.clear()
-        self.flush_ns += time.perf_counter_ns() - started
-        self.flushes += 1
 
 
 # ------------------------------------------------------------------------------------------------
@@ -405,6 +400,22 @@ def median(values):
 # ------------------------------------------------------------------------------------------------
 # The systems
 # ------------------------------------------------------------------------------------------------
+
+
+def shipped_ngrams() -> dict:
+    """The default spec's prompt-lookup n-gram range, as the migrated database holds it."""
+    from decoding.models import ModelSpec
+
+    spec = ModelSpec.objects.filter(name=SPEC_NAME).first()
+    settings = (spec.drafter_settings if spec else None) or SHIPPED_NGRAMS
+    found = {
+        "min_ngram": settings.get("min_ngram", 1),
+        "max_ngram": settings.get("max_ngram", 3),
+        "source": f"ModelSpec {SPEC_NAME!r}" if spec else "SHIPPED_NGRAMS (spec missing)",
+    }
+    if (found["min_ngram"], found["max_ngram"]) != (3, 3):
+        print(f"note: the default spec drafts with {found}, not min 3 / max 3", flush=True)
+    return found
 
 
 class Bench:
@@ -454,6 +465,7 @@ class Bench:
         firsts = {ids[0] for ids in self.prompts.values()}
         self.flush_token = next(t for t in range(10, 1000) if t not in firsts)
         self.hf_model = None
+        self.ngrams = shipped_ngrams()
 
     # --- the verify cost curve, as the worker measures it at load ------------------------------
 
@@ -552,9 +564,9 @@ class Bench:
         audit: bool,
         curve: dict[int, float],
         profile: cProfile.Profile | None = None,
-        batched: bool = False,
         target=None,
-        min_ngram: int = 1,
+        min_ngram: int | None = None,
+        max_ngram: int | None = None,
         backoff: bool = False,
         cold: bool = True,
     ) -> dict:
@@ -584,28 +596,13 @@ class Bench:
         request = GenerationRequest(
             request_id=str(uuid.uuid4()), prompt_token_ids=prompt, params=params
         )
-        # The worker's defaults (decoding/runtime.py): min_ngram 1, max_ngram 3.
-        drafter = PromptLookupDrafter(
-            target.vocab_size, min_ngram=min_ngram, max_ngram=max(3, min_ngram)
-        )
+        # The worker's defaults: the default spec's drafter_settings (decoding/runtime.py).
+        low = self.ngrams["min_ngram"] if min_ngram is None else min_ngram
+        high = self.ngrams["max_ngram"] if max_ngram is None else max_ngram
+        drafter = PromptLookupDrafter(target.vocab_size, min_ngram=low, max_ngram=max(high, low))
         schedule = AdaptiveSchedule(self.args.draft_length, verify_cost=curve)
         if backoff:
             schedule = BackoffSchedule(schedule, self.args.max_probe_interval)
-        steps = []
-
-        def on_step(record):
-            steps.append(
-                (
-                    record.drafted_count,
-                    record.accepted_count,
-                    len(record.emitted),
-                    record.draft_ns,
-                    record.verify_ns,
-                )
-            )
-            # the last step's records wait for the final flush below (timed as decode)
-            if batched and record.stop is None and len(sink.pending) >= self.args.batch_steps:
-                sink.flush()
 
         open_ns = seal_ns = 0
         trail = None
@@ -613,20 +610,16 @@ class Bench:
             started = time.perf_counter_ns()
             trail = trail_open(job_id=uuid.uuid4(), attempt=1)
             open_ns = time.perf_counter_ns() - started
-            sink = BatchedTrailSink(trail.id) if batched else TrailSink(trail.id)
+            sink = StepStats(TrailSink(trail.id))  # the shipped sink, its default batch size
         else:
-            sink = NullSink()
+            sink = StepStats(NullSink())
         decoder = SpeculativeDecoder(drafter, target, sink, tokenizer=self.tokenizer)
         timer.reset()
         started = time.perf_counter_ns()
         if profile is not None:
             profile.enable()
-        result = decoder.generate(request, schedule=schedule, on_step=on_step)
-        final_flush_ns = 0
-        if batched:
-            flushing = time.perf_counter_ns()
-            sink.flush()  # before the output is released
-            final_flush_ns = time.perf_counter_ns() - flushing
+        # No on_step, as in the worker: the sink batches, generate() flushes before returning.
+        result = decoder.generate(request, schedule=schedule)
         if profile is not None:
             profile.disable()
         ended = time.perf_counter_ns()
@@ -636,19 +629,23 @@ class Bench:
             sealing = time.perf_counter_ns()
             trail_seal(trail_id=trail.id, outcome="succeeded")
             seal_ns = time.perf_counter_ns() - sealing
+        steps = sink.steps
         drafts = [s[0] for s in steps]
         return {
             "tokens": list(result.output_token_ids),
             "prefill_ns": result.prefill_ns,
-            # a batched sink's last flush happens after generate() returns, before release
-            "decode_ns": result.decode_ns + final_flush_ns,
+            # ends when the last batch of records is committed (inside generate())
+            "decode_ns": result.decode_ns,
             "decode_tokens": len(result.output_token_ids),
             "e2e_ns": (ended - started) + open_ns + seal_ns,
             "trail_open_ns": open_ns,
             "trail_seal_ns": seal_ns,
-            # batched: payload + canonical JSON in record(), plus every flush
-            "audit_ns": result.audit_ns + (sink.flush_ns if batched else 0),
-            "flushes": sink.flushes if batched else None,
+            # the engine's: time inside sink.record and sink.flush, commits included
+            "audit_ns": result.audit_ns,
+            "commits": sink.commits if audit else None,
+            "flush_calls": sink.flush_calls,
+            "min_ngram": low,
+            "max_ngram": max(high, low),
             "steps": result.steps,
             "drafted": result.drafted,
             "accepted": result.accepted,
@@ -755,17 +752,6 @@ class Bench:
             return self.run_pathfinder(
                 prompt, temperature, max_tokens, seed, audit=False, curve=curve
             )
-        if system == PF_BATCHED:
-            return self.run_pathfinder(
-                prompt,
-                temperature,
-                max_tokens,
-                seed,
-                audit=True,
-                curve=curve,
-                batched=True,
-                min_ngram=self.args.proposed_min_ngram,
-            )
         if system == HF:
             return self.run_hf(prompt, temperature, max_tokens, seed, lookup=False)
         if system == HF_PLD:
@@ -858,13 +844,16 @@ PROFILE_BUCKETS = [
     ("token texts for the record", "engine/decoder.py", "_texts"),
     ("schedule (next_length + observe)", "engine/schedule.py", "next_length"),
     ("schedule observe", "engine/schedule.py", "observe"),
-    ("audit sink: everything in TrailSink.record", "decoding/sinks.py", "record"),
+    # the decoder's sink.record and sink.flush calls, through StepStats: the engine's audit_ns
+    ("audit: sink.record + sink.flush", "bench/speculative.py", "record"),
+    ("audit: sink.record + sink.flush", "bench/speculative.py", "flush"),
     ("  StepRecord.payload()", "engine/records.py", "payload"),
     ("  canonical JSON", "audit/chain.py", "canonical_json"),
+    ("  trail_append_many (one transaction per batch)", "audit/store.py", "trail_append_many"),
     ("  record hash", "audit/chain.py", "record_hash"),
     ("  transaction.atomic exit (COMMIT)", "django/db/transaction.py", "__exit__"),
     ("  SELECT ... FOR UPDATE (trail get)", "django/db/models/query.py", "get"),
-    ("  INSERT record (create)", "django/db/models/query.py", "create"),
+    ("  INSERT records (bulk_create)", "django/db/models/query.py", "bulk_create"),
     ("  UPDATE trail head", "django/db/models/query.py", "update"),
 ]
 
@@ -900,12 +889,12 @@ def profile_summary(profile: cProfile.Profile, run: dict) -> dict:
 # Drafter and schedule settings (no audit, decode phase only)
 # ------------------------------------------------------------------------------------------------
 
-# (label, min_ngram, probe backoff); max_ngram is max(3, min_ngram)
+# (label, min_ngram, probe backoff); max_ngram is the default spec's (3), or min_ngram if larger
 VARIANTS = [
-    ("min_ngram 1, adaptive (worker default)", 1, False),
+    ("min_ngram 1, adaptive (the default before migration 0004)", 1, False),
     ("min_ngram 1, adaptive + probe backoff", 1, True),
     ("min_ngram 2, adaptive", 2, False),
-    ("min_ngram 3, adaptive", 3, False),
+    ("min_ngram 3, adaptive (shipped default)", 3, False),
     ("min_ngram 3, adaptive + probe backoff", 3, True),
 ]
 
@@ -970,7 +959,7 @@ def variants_section(bench: Bench, cells, max_tokens: int, repeats: int, curve) 
                     "mean_k": median([statistics.mean(r["draft_lengths"]) for r in rs]),
                 }
             )
-    return {"runs": runs, "table": table, "repeats": repeats}
+    return {"runs": runs, "table": table, "repeats": repeats, "shipped": bench.ngrams}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1051,7 +1040,7 @@ def alt_quant_appendix(bench: Bench, cells, max_tokens: int, repeats: int) -> di
             logits_all=False,
             verbose=False,
         )
-        systems = [PLAIN, PF_AUDIT, PF_NOAUDIT, PF_BATCHED]
+        systems = [PLAIN, PF_AUDIT, PF_NOAUDIT]
         for workload, temp_label in cells:  # warm-up, untimed
             for system in systems:
                 run_on(
@@ -1111,8 +1100,6 @@ def run_on(bench: Bench, system, llama, provider, curve, prompt, temperature, ma
         seed,
         curve=curve,
         audit=system != PF_NOAUDIT,
-        batched=system == PF_BATCHED,
-        min_ngram=bench.args.proposed_min_ngram if system == PF_BATCHED else 1,
         target=provider,
     )
 
@@ -1187,6 +1174,7 @@ def aggregate(runs: list[dict], curve_fn) -> dict:
                 )
                 if s != PF_NOAUDIT
                 else None,
+                commits=median([r.get("commits") for r in rs]) if s != PF_NOAUDIT else None,
             )
         table[(w, t, s)] = row
     # ratios to llama.cpp plain, audit overhead
@@ -1219,8 +1207,17 @@ def aggregate(runs: list[dict], curve_fn) -> dict:
     return table
 
 
-def write_plot(table: dict, systems: list[str], path: Path) -> None:
-    import matplotlib
+def write_plot(table: dict, systems: list[str], path: Path) -> str | None:
+    """Draw the decode tok/s chart into path; None (and a note) without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        print(
+            "matplotlib (the bench extra) is not installed: no plot. Install it, then "
+            f"`python bench/speculative.py --render {path.with_suffix('.json')}` draws it.",
+            flush=True,
+        )
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -1244,6 +1241,19 @@ def write_plot(table: dict, systems: list[str], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return path.name
+
+
+def pathfinder_line(report: dict) -> list[str]:
+    pf = report.get("pathfinder")
+    if not pf:
+        return []
+    ng = pf["ngrams"]
+    return [
+        f"Pathfinder as shipped: prompt lookup min_ngram {ng['min_ngram']}, max_ngram "
+        f"{ng['max_ngram']} (from {ng['source']}), adaptive schedule, `TrailSink` committing "
+        f"{pf['batch_steps']} steps per transaction, no `on_step` callback."
+    ]
 
 
 def markdown(report: dict, table: dict) -> str:
@@ -1253,11 +1263,18 @@ def markdown(report: dict, table: dict) -> str:
         "",
         f"Command: `{report['command']}`  ",
         f"Repository: {report['git']}  ",
+        (
+            f"Plot: `{report['plot']}`  "
+            if report.get("plot")
+            else "Plot: not drawn (matplotlib, the `bench` extra, was not installed); "
+            "`--render` on this run's .json draws it.  "
+        ),
         f"Model: `{report['model']}` (SmolLM2-135M-Instruct, Q4_1 GGUF)  ",
         f"Mode: {'quick (development only, not a result)' if report['quick'] else 'full'}; "
         f"max new tokens {report['max_tokens']} (stop at end-of-sequence), "
         f"{report['repeats']} repeats per cell, medians; draft length cap "
-        f"{report['draft_length']}; llama.cpp and torch threads {report['threads']}.",
+        f"{report['draft_length']}; llama.cpp and torch threads {report['threads']}.  ",
+        *pathfinder_line(report),
         "",
         "## Machine",
         "",
@@ -1316,6 +1333,8 @@ def markdown(report: dict, table: dict) -> str:
         "audit_ns/decode |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    # audit % (Δ) = (decode s with audit - without) / without, same seeds and tokens;
+    # audit_ns/decode = the engine's audit_ns (inside sink.record and sink.flush) / decode_ns.
     order = {s: i for i, s in enumerate(SYSTEMS)}
     for key in sorted(table, key=lambda k: (k[1], k[0], order[k[2]])):
         r = table[key]
@@ -1343,7 +1362,7 @@ def markdown(report: dict, table: dict) -> str:
                     (fmt(100 * r["audit_overhead"], ".1f") if "audit_overhead" in r else ""),
                     (
                         fmt(100 * r["audit_ns_share"], ".1f") + "%"
-                        if r["system"] in (PF_AUDIT, PF_BATCHED)
+                        if r["system"] == PF_AUDIT
                         else ""
                     ),
                 ]
@@ -1357,9 +1376,12 @@ def markdown(report: dict, table: dict) -> str:
         "",
         "## Where Pathfinder's decode time goes (ms per output token, medians of the timed runs)",
         "",
+        "Audit sink = the engine's audit_ns (sink.record and sink.flush, commits included); "
+        "commits = the run's audit transactions (median).",
+        "",
         "| workload | temp | system | target logits (llama.cpp) | warp + rule | draft | audit "
-        "sink | other | trail open+seal ms |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "sink | other | trail open+seal ms | commits |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key in sorted(table, key=lambda k: (k[1], k[0], order[k[2]])):
         r = table[key]
@@ -1369,7 +1391,7 @@ def markdown(report: dict, table: dict) -> str:
         lines.append(
             f"| {r['workload']} | {r['temperature']} | {r['system']} | "
             + " | ".join(fmt(v, ".3f") for v in b.values())
-            + f" | {fmt(r.get('trail_open_seal_ms'), '.1f')} |"
+            + f" | {fmt(r.get('trail_open_seal_ms'), '.1f')} | {fmt(r.get('commits'), '.0f')} |"
         )
     if report.get("profiles"):
         lines += ["", "### cProfile of single Pathfinder+audit runs (not timed runs)", ""]
@@ -1402,14 +1424,17 @@ def markdown(report: dict, table: dict) -> str:
         ]
     var = report.get("variants")
     if var:
+        shipped = var.get("shipped") or SHIPPED_NGRAMS
         lines += [
             "",
             "## Drafter and schedule settings (Pathfinder without audit, decode phase)",
             "",
             f"Same model and curve, {var['repeats']} repeats, medians; × loop = ratio to the "
-            "one-token loop run in the same minutes. The worker's default drafter is "
-            "min_ngram 1, max_ngram 3 (decoding/runtime.py); max_ngram here is max(3, min_ngram). "
-            "Probe backoff = the prototype schedule change (probe interval doubles after each "
+            "one-token loop run in the same minutes. The shipped default spec drafts with "
+            f"min_ngram {shipped['min_ngram']}, max_ngram {shipped['max_ngram']} "
+            "(migration 0004; min_ngram 1 before it); max_ngram here is max(3, min_ngram). "
+            "Probe backoff = a prototype schedule change, bench only, not shipped (the probe "
+            "interval doubles after each "
             "failed probe, up to --max-probe-interval).",
             "",
             "| workload | temp | setting | decode tok/s | × loop | acc | tokens/step | k̄ |",
@@ -1478,7 +1503,7 @@ def markdown(report: dict, table: dict) -> str:
                             fmt(r.get("mean_k"), ".1f") if pf else "",
                             fmt(100 * r["audit_overhead"], ".1f") if "audit_overhead" in r else "",
                             fmt(100 * r["audit_ns_share"], ".1f") + "%"
-                            if r["system"] in (PF_AUDIT, PF_BATCHED)
+                            if r["system"] == PF_AUDIT
                             else "",
                         ]
                     )
@@ -1503,9 +1528,12 @@ def render(path: Path) -> int:
         path.write_text(json.dumps(report, indent=1, default=str))
     table = {(r["workload"], r["temperature"], r["system"]): r for r in report["table"]}
     systems = [s for s in SYSTEMS if any(k[2] == s for k in table)]
+    plot = write_plot(table, systems, path.with_suffix(".png"))
+    if plot != report.get("plot"):
+        report["plot"] = plot
+        path.write_text(json.dumps(report, indent=1, default=str))
     path.with_suffix(".md").write_text(markdown(report, table))
-    write_plot(table, systems, path.with_suffix(".png"))
-    print(f"rendered {path.with_suffix('.md')} and {path.with_suffix('.png')}")
+    print(f"rendered {path.with_suffix('.md')}" + (f" and {plot}" if plot else ""))
     return 0
 
 
@@ -1537,18 +1565,6 @@ def main(argv=None) -> int:
     parser.add_argument("--hf-cache", default=str(BENCH / ".cache" / "hf"))
     parser.add_argument("--gguf-cache", default=str(BENCH / ".cache" / "gguf"))
     parser.add_argument("--no-hf", action="store_true", help="skip the transformers systems")
-    parser.add_argument(
-        "--batch-steps",
-        type=int,
-        default=16,
-        help="the proposed prototype's flush interval, in steps",
-    )
-    parser.add_argument(
-        "--proposed-min-ngram",
-        type=int,
-        default=3,
-        help="the proposed prototype's prompt-lookup n-gram floor (the worker's is 1)",
-    )
     parser.add_argument(
         "--max-probe-interval",
         type=int,
@@ -1610,6 +1626,7 @@ def main(argv=None) -> int:
     systems = LLAMA_SYSTEMS + ([] if args.no_hf else HF_SYSTEMS)
     command = "python bench/speculative.py " + " ".join(sys.argv[1:] if argv is None else argv)
     wall_started = time.time()
+    git = git_revision()  # the code this run loads, not whatever HEAD is when it ends
 
     print("PostgreSQL:", args.database_url, flush=True)
     postgres = setup_database(args.database_url, args.fresh_db)
@@ -1686,7 +1703,7 @@ def main(argv=None) -> int:
             if r["workload"] == workload and r["temperature"] == "greedy":
                 by_system[r["system"]].append(r["tokens"])
         reference = by_system[PLAIN][0]
-        for system in (LOOP, PF_AUDIT, PF_NOAUDIT, PF_BATCHED, HF, HF_PLD):
+        for system in (LOOP, PF_AUDIT, PF_NOAUDIT, HF, HF_PLD):
             if system not in by_system:
                 continue
             outputs = by_system[system]
@@ -1749,8 +1766,9 @@ def main(argv=None) -> int:
         ]
         appendix = alt_quant_appendix(bench, alt_cells, max_tokens, args.side_repeats)
 
-    # Every trail written in this run, checked link by link (the batched prototype's too).
+    # Every trail written in this run, checked link by link (batched by TrailSink).
     from audit.verification import verify_trails
+    from decoding.sinks import BATCH_STEPS
 
     verification = verify_trails(bench.trails, scope="bench").as_dict()
     print(
@@ -1800,29 +1818,6 @@ def main(argv=None) -> int:
                     "value": [delta, share],
                 }
             )
-    # The prototype of the proposed changes, for information (not shipped code).
-    target(
-        "prototype — extraction, greedy: decode ≥ 2.0× llama.cpp plain",
-        ("extraction", "greedy", PF_BATCHED),
-        "decode_ratio_plain",
-        2.0,
-    )
-    for t in chosen_temps:
-        target(
-            f"prototype — open-ended, {t}: decode ≥ 0.95× llama.cpp plain",
-            ("open-ended", t, PF_BATCHED),
-            "decode_ratio_plain",
-            0.95,
-        )
-    for w in chosen_workloads:
-        for t in chosen_temps:
-            target(
-                f"prototype — {w}, {t}: audit_ns / decode_ns ≤ 5%",
-                (w, t, PF_BATCHED),
-                "audit_ns_share",
-                0.05,
-                above=False,
-            )
 
     date = dt.datetime.now().strftime("%Y-%m-%d")
     stem = f"speculative-{date}{'-quick' if quick else ''}{args.tag}"
@@ -1831,7 +1826,7 @@ def main(argv=None) -> int:
     report = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "command": command,
-        "git": git_revision(),
+        "git": git,
         "model": str(bench.gguf),
         "quick": quick,
         "max_tokens": max_tokens,
@@ -1863,14 +1858,15 @@ def main(argv=None) -> int:
         "appendix": appendix,
         "variants": variants,
         "profiles": profiles,
+        "pathfinder": {"ngrams": bench.ngrams, "batch_steps": BATCH_STEPS},
         "table": [dict(v) for v in table.values()],
         "runs": runs,
     }
+    report["plot"] = write_plot(table, systems, out / f"{stem}.png")
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str))
     (out / f"{stem}.md").write_text(markdown(report, table))
-    write_plot(table, systems, out / f"{stem}.png")
     print(markdown(report, table))
-    print(f"wrote {out / stem}.{{md,json,png}}")
+    print(f"wrote {out / stem}.{{md,json{',png' if report['plot'] else ''}}}")
     return 0
 
 
