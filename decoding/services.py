@@ -172,9 +172,9 @@ def jobs_recover() -> int:
 
     now = timezone.now()
     stale = now - dt.timedelta(seconds=settings.PATHFINDER_REQUEUE_AFTER_S)
+    not_requeued_lately = Q(enqueued_at__lt=stale) | Q(enqueued_at=None)
     lost = GenerationJob.objects.filter(
-        Q(status=GenerationJob.Status.RUNNING, lease_expires_at__lt=now, enqueued_at__lt=stale)
-        | Q(status=GenerationJob.Status.RUNNING, lease_expires_at__lt=now, enqueued_at=None)
+        (Q(status=GenerationJob.Status.RUNNING, lease_expires_at__lt=now) & not_requeued_lately)
         | Q(status=GenerationJob.Status.QUEUED, enqueued_at__lt=stale)
     ).values_list("pk", flat=True)[:1000]
     requeued = 0

@@ -30,7 +30,10 @@ def output_text(tokenizer: Tokenizer | None, token_ids, stop: list[str]) -> str:
     """The output as text, cut before the first stop string (its tokens stay in the trail)."""
     if tokenizer is None:
         return ""
-    text = tokenizer.decode(list(token_ids))
+    return _cut_at_stop(tokenizer.decode(list(token_ids)), stop)
+
+
+def _cut_at_stop(text: str, stop: list[str]) -> str:
     cuts = [text.index(s) for s in stop if s in text]
     return text[: min(cuts)] if cuts else text
 
@@ -55,7 +58,7 @@ class TextStream:
         if self._tokenizer is None or not token_ids:
             return ""
         full = self._tokenizer.decode(self._ids)
-        text = output_text(self._tokenizer, self._ids, self._stop)
+        text = _cut_at_stop(full, self._stop)
         end = len(text) if len(text) < len(full) else len(text) - self._hold
         while end > self._sent and text[end - 1] == "\ufffd":
             end -= 1

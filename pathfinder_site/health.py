@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from audit.models import Checkpoint, VerificationRun
 
-# Seconds to wait for workers to answer a ping.
+# Seconds to wait for workers to answer.
 WORKER_PING_S = 1.0
 
 
@@ -61,14 +61,21 @@ def _broker() -> dict:
 
 
 def _workers() -> dict:
+    """Workers that answer and consume this deployment's queue: a worker of another deployment
+    sharing the broker does not make this one ready."""
+    from django.conf import settings
+
     from pathfinder_site.celery import app
 
     try:
-        replies = app.control.ping(timeout=WORKER_PING_S) or []
+        replies = app.control.inspect(timeout=WORKER_PING_S).active_queues() or {}
     except Exception as exc:
         return {**_error(exc), "count": 0}
-    names = sorted(name for reply in replies for name in reply)
-    return {"ok": bool(names), "count": len(names), "names": names}
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    names = sorted(
+        name for name, queues in replies.items() if any(q["name"] == queue for q in queues)
+    )
+    return {"ok": bool(names), "count": len(names), "names": names, "queue": queue}
 
 
 def _age_s(moment) -> float | None:

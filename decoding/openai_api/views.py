@@ -13,7 +13,7 @@ import time
 
 from django.conf import settings
 from django.http import StreamingHttpResponse
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -97,43 +97,39 @@ class _Generate(OpenAIView):
         return Response(shapes.response(job, self.kind), headers=headers)
 
 
-GENERATE_ERRORS = errors(400, 401, 403, 413, 415, 429, 500, 503, 504)
+def _generate_schema(operation_id: str, summary: str, request, response):
+    """Both endpoints answer JSON, or a stream of server-sent events with `stream: true`."""
+    return extend_schema_view(
+        post=extend_schema(
+            operation_id=operation_id,
+            summary=summary,
+            request=request,
+            responses={
+                (200, "application/json"): response,
+                (200, "text/event-stream"): STREAM,
+                **errors(400, 401, 403, 413, 415, 429, 500, 503, 504),
+            },
+        )
+    )
 
 
+@_generate_schema(
+    "completions_create", "Complete a prompt (OpenAI-compatible)", CompletionInput, CompletionOut
+)
 class Completions(_Generate):
     input_class = CompletionInput
     kind = shapes.COMPLETION
 
-    @extend_schema(
-        operation_id="completions_create",
-        summary="Complete a prompt (OpenAI-compatible)",
-        request=CompletionInput,
-        responses={
-            (200, "application/json"): CompletionOut,
-            (200, "text/event-stream"): STREAM,
-            **GENERATE_ERRORS,
-        },
-    )
-    def post(self, request):
-        return super().post(request)
 
-
+@_generate_schema(
+    "chat_completions_create",
+    "Answer a chat (OpenAI-compatible), through the model's chat template",
+    ChatCompletionInput,
+    ChatCompletionOut,
+)
 class ChatCompletions(_Generate):
     input_class = ChatCompletionInput
     kind = shapes.CHAT
-
-    @extend_schema(
-        operation_id="chat_completions_create",
-        summary="Answer a chat (OpenAI-compatible), through the model's chat template",
-        request=ChatCompletionInput,
-        responses={
-            (200, "application/json"): ChatCompletionOut,
-            (200, "text/event-stream"): STREAM,
-            **GENERATE_ERRORS,
-        },
-    )
-    def post(self, request):
-        return super().post(request)
 
 
 def _native_input(data: dict) -> dict:

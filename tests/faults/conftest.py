@@ -17,6 +17,7 @@ import pytest
 
 from tests.system.helpers import (
     Stack,
+    attach_stack_logs,
     describe,
     free_port,
     last_line,
@@ -131,6 +132,5 @@ def pytest_runtest_makereport(item, call):
     report = yield
     stack = getattr(item, "funcargs", {}).get("fault_stack")
     if report.failed and isinstance(stack, Stack):
-        for process in stack.processes.values():
-            report.sections.append((f"{process.name} log", process.tail(80)))
+        attach_stack_logs(report, stack, lines=80)
     return report

@@ -16,7 +16,7 @@ def samples(text: str) -> dict:
 
 
 def test_readyz_is_503_naming_the_missing_worker_and_reports_audit_upkeep(client, run_job):
-    # No Celery worker listens in this test process's environment.
+    # No Celery worker consumes this test process's queue (system-test workers use their own).
     run_job(max_tokens=3)
     verify_everything()
     checkpoint_create()
@@ -27,7 +27,7 @@ def test_readyz_is_503_naming_the_missing_worker_and_reports_audit_upkeep(client
     assert body["ready"] is False
     assert checks["database"]["ok"] and checks["migrations"] == {"ok": True, "pending": 0}
     assert checks["broker"]["ok"] is True
-    assert checks["workers"] == {"ok": False, "count": 0, "names": []}
+    assert checks["workers"] == {"ok": False, "count": 0, "names": [], "queue": "pathfinder"}
     assert checks["verification"]["last_run_ok"] is True
     assert 0 <= checks["verification"]["last_success_age_s"] < 60
     assert checks["checkpoint"]["tree_size"] >= 1 and checks["checkpoint"]["age_s"] < 60

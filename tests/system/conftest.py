@@ -17,6 +17,7 @@ import pytest
 
 from .helpers import (
     Stack,
+    attach_stack_logs,
     broker_url,
     create_database,
     describe,
@@ -104,6 +105,5 @@ def pytest_runtest_makereport(item, call):
     report = yield
     stack = getattr(item, "funcargs", {}).get("postgres_stack")
     if report.failed and isinstance(stack, Stack):
-        for process in stack.processes.values():
-            report.sections.append((f"{process.name} log ({process.log_path})", process.tail()))
+        attach_stack_logs(report, stack)
     return report

@@ -204,6 +204,12 @@ class Stack:
         return "\n".join(f"--- {p.name} ---\n{p.tail()}" for p in self.processes.values())
 
 
+def attach_stack_logs(report, stack: Stack, lines: int = 60) -> None:
+    """Append the tail of every stack process's log to a failed test's report."""
+    for process in stack.processes.values():
+        report.sections.append((f"{process.name} log ({process.log_path})", process.tail(lines)))
+
+
 def wait_for_workers(stack: Stack, timeout: float = STARTUP_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
     replies: dict = {}
