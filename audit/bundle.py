@@ -1,22 +1,10 @@
-"""Write a Pathfinder evidence bundle: one trail, its ledger leaf, the leaf's inclusion proof and a
-signed checkpoint, as a deterministic zip that `python -m audit.offline_verify` checks offline.
+"""Write a Pathfinder evidence bundle: one trail, its ledger leaf, the leaf's inclusion proof, a
+signed checkpoint and the question and answer the trail binds, as a deterministic zip that
+`python -m audit.offline_verify` checks offline.
 
 Pure Python (no Django): the caller (audit.export) gathers the rows; this module only lays out
-bytes. The layout itself (member names and order, the zip packing, the JSON forms) is defined in
-audit.offline_verify, so the writer and the verifier cannot drift apart.
-
-Members, in this order:
-  records.jsonl         line i: the stored payload text of record seq i (the hashed bytes) + "\\n"
-  chain.json            {"format_version","trail_id","genesis_hash","records":[{"seq",
-                        "prev_hash","record_hash"}...],"head_hash","record_count"}
-  ledger-leaf.json      {"index": ledger seq, "payload": the ledger payload text}
-  inclusion-proof.json  {"leaf_index","tree_size","proof":[hex...],"leaf_hash": hex}
-  checkpoint.txt        the signed checkpoint note (its tree size is the proof's)
-  verifier-key.txt      the verifier key string + "\\n"
-  models.json, params.json   caller's JSON objects
-  verification.txt      the exporting side's verification report
-  README.txt            description and certification template
-  manifest.json         canonical JSON {"format_version":1,"files":{name: sha256 hex}}
+bytes. The layout itself (member names and order, the zip packing, the JSON forms) is
+audit.bundle_format's, shared with the verifier. docs/audit-format.md specifies every member.
 """
 
 from __future__ import annotations
@@ -24,19 +12,23 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from audit import chain, merkle
-from audit.offline_verify import (
+from audit.bundle_format import (
+    ANSWER,
     CHAIN,
     CHECKPOINT,
+    DISCLOSURES,
     INCLUSION_PROOF,
     LEDGER_LEAF,
     MANIFEST,
     MEMBER_NAMES,
     MODELS,
     PARAMS,
+    PROMPT,
     README,
     RECORDS,
     VERIFICATION,
@@ -49,16 +41,32 @@ from audit.offline_verify import (
 BundleRecord = tuple[int, str, str, str]  # (seq, prev_hash, record_hash, payload_text)
 
 
+@dataclass(frozen=True)
+class Texts:
+    """The bound texts a bundle discloses: `disclosures` is disclosures.json's object (per bound
+    field, its salt and, for fields without a member of their own, its value; or withheld), and
+    prompt and answer are prompt.txt and answer.txt ("" when withheld)."""
+
+    disclosures: dict
+    prompt: str = ""
+    answer: str = ""
+
+
+NO_TEXTS = Texts({})  # a v1 trail binds none
+
+
 def bundle_bytes(
     *,
     records: Sequence[BundleRecord],
     trail_id: str,
+    format_version: int,
     ledger_index: int,
     ledger_payload: str,
     proof: Sequence[bytes],
     tree_size: int,
     checkpoint_note: str,
     verifier_key: str,
+    texts: Texts,
     models: dict,
     params: dict,
     verification_text: str,
@@ -79,7 +87,7 @@ def bundle_bytes(
         raise ValueError("verifier key must be one line")
     genesis = chain.genesis_hash(trail_id)
     chain_doc = {
-        "format_version": chain.FORMAT_VERSION,
+        "format_version": format_version,
         "trail_id": trail_id,
         "genesis_hash": genesis,
         "records": [
@@ -102,6 +110,9 @@ def bundle_bytes(
         ),
         CHECKPOINT: checkpoint_note.encode("utf-8"),
         VERIFIER_KEY: (verifier_key.strip() + "\n").encode("ascii"),
+        DISCLOSURES: json_member(texts.disclosures),
+        PROMPT: texts.prompt.encode("utf-8"),
+        ANSWER: texts.answer.encode("utf-8"),
         MODELS: json_member(models),
         PARAMS: json_member(params),
         VERIFICATION: verification_text.encode("utf-8"),
@@ -111,38 +122,10 @@ def bundle_bytes(
     return deterministic_zip(ordered + [(MANIFEST, manifest_member(ordered))])
 
 
-def write_bundle(
-    path_or_file: str | os.PathLike | BinaryIO,
-    *,
-    records: Sequence[BundleRecord],
-    trail_id: str,
-    ledger_index: int,
-    ledger_payload: str,
-    proof: Sequence[bytes],
-    tree_size: int,
-    checkpoint_note: str,
-    verifier_key: str,
-    models: dict,
-    params: dict,
-    verification_text: str,
-    readme_text: str,
-) -> str:
-    """Write the bundle to a path (atomically) or a binary file object; return the SHA-256 hex
-    of the zip, for the custody log."""
-    data = bundle_bytes(
-        records=records,
-        trail_id=trail_id,
-        ledger_index=ledger_index,
-        ledger_payload=ledger_payload,
-        proof=proof,
-        tree_size=tree_size,
-        checkpoint_note=checkpoint_note,
-        verifier_key=verifier_key,
-        models=models,
-        params=params,
-        verification_text=verification_text,
-        readme_text=readme_text,
-    )
+def write_bundle(path_or_file: str | os.PathLike | BinaryIO, **fields) -> str:
+    """Write the bundle (bundle_bytes' keyword fields) to a path (atomically) or a binary file
+    object; return the SHA-256 hex of the zip, for the custody log."""
+    data = bundle_bytes(**fields)
     if hasattr(path_or_file, "write"):
         path_or_file.write(data)
     else:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # of the hash formulas below; a trail's record format is audit.binding's
 _RECORD_TAG = b"PF-RECORD-v1"
 _GENESIS_TAG = b"PF-GENESIS-v1"
 _LEDGER_TAG = b"PF-LEDGER-v1"
@@ -77,10 +77,19 @@ def ledger_genesis_hash() -> str:
     return _sha256(_LEDGER_GENESIS_TAG)
 
 
-def ledger_payload(*, trail_id: str, job_id: str, record_count: int, head_hash: str, outcome: str):
+def ledger_payload(
+    *,
+    format_version: int,
+    trail_id: str,
+    job_id: str,
+    record_count: int,
+    head_hash: str,
+    outcome: str,
+) -> str:
+    """A sealed trail's leaf; "v" is the trail's format version (1 or 2)."""
     return canonical_json(
         {
-            "v": FORMAT_VERSION,
+            "v": format_version,
             "trail": trail_id,
             "job": job_id,
             "records": record_count,

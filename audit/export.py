@@ -4,23 +4,37 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 
 from django.conf import settings
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from . import bundle
-from .log import inclusion_of, signing_key
+from . import binding, bundle, claims
+from .bundle_format import TEXT_MEMBERS
+from .log import inclusion_of, verifier_key
 from .models import DecisionRecord, Trail
+from .selectors import trail_record_of_kind
 from .verification import verify_trails
+
+# What `withhold` may name, and the bound fields each covers.
+WITHHOLDABLE = {
+    "prompt": (binding.GIVEN, binding.RENDERED, binding.TOKEN_IDS),
+    "answer": (binding.ANSWER_TEXT,),
+}
 
 
 class ExportError(Exception):
     pass
 
 
-def trail_export(*, trail_id: uuid.UUID, out: Path | str) -> Path:
+def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[str] = ()) -> Path:
+    """Write the trail's bundle to `out`. `withhold` ("prompt", "answer") leaves those texts
+    out: the bundle says they were withheld, and still verifies."""
+    unknown = set(withhold) - WITHHOLDABLE.keys()
+    if unknown:
+        raise ExportError(f"withhold: {', '.join(sorted(unknown))} is not prompt or answer")
     trail = Trail.objects.filter(pk=trail_id).first()
     if trail is None:
         raise ExportError(f"trail {trail_id} does not exist")
@@ -33,7 +47,7 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str) -> Path:
     )
     inclusion = inclusion_of(trail.id)
     report = verify_trails([trail.id], scope=f"trail {trail.id}")
-    first = json.loads(records[0][3]) if records else {}
+    models, params = _described(records)
     verification = "\n".join(report.lines())
     readme = render_to_string(
         "audit/bundle_readme.txt",
@@ -42,6 +56,8 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str) -> Path:
             "job_id": trail.job_id,
             "attempt": trail.attempt,
             "record_count": len(records),
+            "format_version": trail.format_version,
+            "withheld": sorted(withhold),
             "outcome": trail.outcome,
             "exported_at": timezone.now().isoformat(timespec="seconds"),
             "origin": settings.PATHFINDER_LOG_ORIGIN,
@@ -53,15 +69,64 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str) -> Path:
         out,
         records=records,
         trail_id=str(trail.id),
+        format_version=trail.format_version,
         ledger_index=inclusion.leaf_index,
         ledger_payload=inclusion.leaf_payload,
         proof=inclusion.proof,
         tree_size=inclusion.checkpoint.tree_size,
         checkpoint_note=inclusion.checkpoint.note,
-        verifier_key=signing_key().verifier,
-        models={"draft": first.get("draft"), "target": first.get("target")},
-        params=first.get("params", {}),
+        verifier_key=verifier_key(),
+        texts=_texts(trail, withhold),
+        models=models,
+        params=params,
         verification_text=verification + "\n",
         readme_text=readme,
     )
     return out
+
+
+def _described(records) -> tuple[dict, dict]:
+    """The models and parameters, as the request record (v2) or the first decision (v1) names
+    them."""
+    first = json.loads(records[0][3]) if records else {}
+    models = first.get("models") or {"draft": first.get("draft"), "target": first.get("target")}
+    return models, first.get("params", {})
+
+
+def _texts(trail: Trail, withhold: Collection[str]) -> bundle.Texts:
+    """The bound texts the service holds for the trail, each disclosed with its own salt, or
+    declared withheld (asked to, or not held: a trail no job row points at any more)."""
+    if trail.format_version < 2:
+        return bundle.NO_TEXTS
+    request = trail_record_of_kind(trail_id=trail.id, kind=binding.REQUEST) or {}
+    answer = trail_record_of_kind(trail_id=trail.id, kind=binding.ANSWER)
+    bound = list((request.get("prompt") or {}).get("digests") or {})
+    if answer is not None:
+        bound.append(binding.ANSWER_TEXT)
+    held = _held_texts(trail)
+    hidden = {name for group in withhold for name in WITHHOLDABLE[group]}
+    disclosures: dict[str, dict] = {}
+    for name in bound:
+        if name in hidden or name not in held:
+            disclosures[name] = {"withheld": True}
+            continue
+        disclosures[name] = {"salt": binding.field_salt(trail.salt, name)}
+        if name not in TEXT_MEMBERS:
+            disclosures[name]["value"] = json.loads(held[name])
+
+    def member(name: str) -> str:
+        return held[name] if "salt" in disclosures.get(name, {}) else ""
+
+    return bundle.Texts(disclosures, member(binding.RENDERED), member(binding.ANSWER_TEXT))
+
+
+def _held_texts(trail: Trail) -> dict[str, str]:
+    source = claims.source()
+    found = source.for_trails([str(trail.id)]) if source is not None else []
+    claim = next((c for c in found if c.job_id == str(trail.job_id)), None)
+    if claim is None:
+        return {}
+    texts = claim.question.texts()
+    if claim.answer is not None:
+        texts[binding.ANSWER_TEXT] = claim.answer.text
+    return texts

@@ -33,6 +33,27 @@ def signing_key() -> SigningKey:
     return SigningKey(private, verifier)
 
 
+def verifier_key() -> str:
+    """The log's verifier key, which every check of a checkpoint uses."""
+    return signing_key().verifier
+
+
+def latest_checkpoint(log_size: int, *, covering: int = 0) -> Checkpoint | None:
+    """The newest checkpoint that is validly signed, agrees with its row and is no larger than
+    the log (a row written by hand, or one larger than the log, is never trusted), among those
+    of at least `covering` leaves."""
+    verifier = verifier_key()
+    candidates = Checkpoint.objects.filter(tree_size__gte=covering, tree_size__lte=log_size)
+    for checkpoint in candidates.order_by("-id").iterator(chunk_size=100):
+        try:
+            signed = checkpoints.parse_and_verify(checkpoint.note, verifier)
+        except checkpoints.CheckpointError:
+            continue
+        if (signed.size, signed.root.hex()) == (checkpoint.tree_size, checkpoint.root_hash):
+            return checkpoint
+    return None
+
+
 def leaves() -> list[bytes]:
     """Every leaf of the log, in ledger order (leaf index == ledger seq)."""
     payloads = LedgerEntry.objects.order_by("seq").values_list("payload", flat=True)
@@ -43,14 +64,21 @@ def checkpoint_create() -> Checkpoint:
     """Sign the log as it stands. An unchanged log keeps its latest checkpoint."""
     with transaction.atomic():
         all_leaves = leaves()
-        latest = Checkpoint.objects.order_by("-id").first()
-        if latest is not None and latest.tree_size == len(all_leaves):
+        latest = latest_checkpoint(len(all_leaves), covering=len(all_leaves))
+        if latest is not None:
             return latest
         root = merkle.root(all_leaves)
         note = checkpoints.sign_checkpoint(
             settings.PATHFINDER_LOG_ORIGIN, len(all_leaves), root, signing_key().private
         )
         return Checkpoint.objects.create(tree_size=len(all_leaves), root_hash=root.hex(), note=note)
+
+
+def checkpoint_covering(entry: LedgerEntry) -> Checkpoint:
+    """The newest valid checkpoint that covers a sealed leaf, signing one if none does yet."""
+    log_size = LedgerEntry.objects.count()
+    checkpoint = latest_checkpoint(log_size, covering=entry.seq + 1)
+    return checkpoint if checkpoint is not None else checkpoint_create()
 
 
 @dataclass(frozen=True)
@@ -62,13 +90,12 @@ class Inclusion:
 
 
 def inclusion_of(trail_id: uuid.UUID) -> Inclusion:
-    """A proof that the trail's sealed leaf is in the latest checkpoint (signing a new one when
-    no checkpoint covers the leaf yet)."""
+    """A proof that the trail's sealed leaf is in the latest valid checkpoint (signing a new
+    one when none covers the leaf yet)."""
     entry = LedgerEntry.objects.get(trail_id=trail_id)
-    checkpoint = Checkpoint.objects.order_by("-id").first()
-    if checkpoint is None or checkpoint.tree_size <= entry.seq:
-        checkpoint = checkpoint_create()
-    covered = leaves()[: checkpoint.tree_size]
+    all_leaves = leaves()
+    checkpoint = checkpoint_covering(entry)
+    covered = all_leaves[: checkpoint.tree_size]
     return Inclusion(
         leaf_index=entry.seq,
         leaf_payload=entry.payload,
@@ -81,7 +108,7 @@ def checkpoint_failures(all_leaves: list[bytes]) -> list[str]:
     """Check every stored checkpoint: its signature, its root against the leaves, and that each
     is consistent with the one before it (the log only ever grew)."""
     failures: list[str] = []
-    verifier = signing_key().verifier
+    verifier = verifier_key()
     previous: Checkpoint | None = None
     for checkpoint in Checkpoint.objects.order_by("id").iterator():
         label = f"checkpoint {checkpoint.id} (size {checkpoint.tree_size})"

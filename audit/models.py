@@ -25,6 +25,12 @@ class Trail(models.Model):
     attempt = models.PositiveIntegerField(default=1)
     # The trail of the job's previous attempt (sealed "abandoned" when its worker died).
     previous_id = models.UUIDField(null=True, blank=True)
+    # 1: decision records only; 2: a request record first and an answer record last
+    # (audit.binding). Fixed when the trail opens, like its id.
+    format_version = models.PositiveSmallIntegerField(default=1)
+    # v2: the secret (hex) from which the salts of the trail's bound texts derive; never in a
+    # record, so a withheld text cannot be confirmed by guessing.
+    salt = models.CharField(max_length=64, blank=True, default="")
     genesis_hash = models.CharField(max_length=64)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
@@ -44,11 +50,19 @@ class Trail(models.Model):
 
 
 class DecisionRecord(models.Model):
-    """One speculative step. `payload` holds the canonical JSON exactly as hashed."""
+    """One record of a trail: a speculative step, or (format v2) the request or the answer.
+    `payload` holds the canonical JSON exactly as hashed; `kind` is a copy of its kind for
+    queries, which verification checks against the payload."""
+
+    class Kind(models.TextChoices):
+        REQUEST = "request"
+        DECISION = "decision"
+        ANSWER = "answer"
 
     id = models.BigAutoField(primary_key=True)  # surrogate key for the admin; never chained by
     trail = models.ForeignKey(Trail, on_delete=models.PROTECT, related_name="records")
     seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.DECISION)
     payload = models.TextField()
     prev_hash = models.CharField(max_length=64)
     record_hash = models.CharField(max_length=64)
@@ -99,7 +113,8 @@ class VerificationRun(models.Model):
     finished_at = models.DateTimeField()
 
     class Meta:
-        ordering = ["-started_at"]
+        # By id, the order the database gave: started_at is a timestamp the application writes.
+        ordering = ["-id"]
 
     def __str__(self) -> str:
         return f"verification of {self.scope}: {'intact' if self.ok else 'BROKEN'}"

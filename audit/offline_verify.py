@@ -1,25 +1,28 @@
 """Verify a Pathfinder evidence bundle offline.
 
-    python -m audit.offline_verify BUNDLE.zip [--key VERIFIER_KEY]
+    python -m audit.offline_verify BUNDLE.zip --key LOG_VERIFIER_KEY [--key OLDER_KEY ...]
+    python -m audit.offline_verify BUNDLE.zip --allow-unpinned
 
-Imports only the standard library, `cryptography` and the pure modules audit.chain, audit.merkle
-and audit.checkpoints (never Django), so an auditor can run it on a machine of their own with
-nothing but those four files. It also defines the bundle's byte layout (member names, the
-deterministic zip packing, the JSON forms), which audit.bundle uses to write bundles.
+Imports only the standard library, `cryptography` and the pure modules audit.chain,
+audit.binding, audit.merkle, audit.checkpoints and audit.bundle_format (never Django), so an
+examiner can run it on a machine of their own with nothing but those files.
 
 What a passing bundle proves: the records in records.jsonl form an unbroken hash chain from the
-genesis hash of their trail; the ledger leaf seals exactly that trail, record count and head; the
-leaf is in the global log whose root the checkpoint states; and the checkpoint is signed by the
-key in verifier-key.txt. Pin that key with --key (obtained out of band, e.g. from the operator's
-published key or an earlier export): without it, the signature only shows the bundle is internally
-consistent, since whoever made the bundle also chose the key. models.json, params.json,
-verification.txt and README.txt are covered by the manifest only, not by the signature; the
-signed records themselves carry each step's model identities and parameters.
+genesis hash of their trail; the chain opens with the request and ends with the answer (format
+v2), and prompt.txt and answer.txt are the texts those records bind (or are declared withheld);
+the ledger leaf seals exactly that trail, record count and head; the leaf is in the global log
+whose root the checkpoint states; and the checkpoint is signed by a log key you pinned with --key
+(obtained out of band: the operator's published key, an earlier export). It exits 0 only then.
+Without a pinned key the signature only shows the bundle is internally consistent, since whoever
+made the bundle also chose the key: it exits 3 unless --allow-unpinned says you know.
+models.json, params.json, verification.txt and README.txt are covered by the manifest only; the
+signed records themselves carry the models and parameters.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import json
@@ -27,114 +30,40 @@ import re
 import struct
 import sys
 import zipfile
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from audit import chain, checkpoints, merkle
-
-BUNDLE_FORMAT_VERSION = 1
-RECORDS = "records.jsonl"
-CHAIN = "chain.json"
-LEDGER_LEAF = "ledger-leaf.json"
-INCLUSION_PROOF = "inclusion-proof.json"
-CHECKPOINT = "checkpoint.txt"
-VERIFIER_KEY = "verifier-key.txt"
-MODELS = "models.json"
-PARAMS = "params.json"
-VERIFICATION = "verification.txt"
-README = "README.txt"
-MANIFEST = "manifest.json"
-MEMBER_NAMES = (
-    RECORDS,
+from audit import binding, chain, checkpoints, merkle
+from audit.bundle_format import (
+    ANSWER,
+    BUNDLE_FORMAT_VERSION,
     CHAIN,
-    LEDGER_LEAF,
-    INCLUSION_PROOF,
     CHECKPOINT,
-    VERIFIER_KEY,
+    DISCLOSURES,
+    INCLUSION_PROOF,
+    LEDGER_LEAF,
+    MANIFEST,
+    MAX_BUNDLE_BYTES,
+    MAX_MEMBER_BYTES,
+    MEMBER_NAMES,
     MODELS,
     PARAMS,
-    VERIFICATION,
+    PROMPT,
     README,
-    MANIFEST,
+    RECORDS,
+    TEXT_MEMBERS,
+    VERIFICATION,
+    VERIFIER_KEY,
+    deterministic_zip,
+    json_member,
 )
 
-# The deterministic packing. These are the values Python's zipfile writes for a ZipInfo with
-# date_time (1980, 1, 1, 0, 0, 0), compress_type ZIP_STORED, create_system 3 and external_attr
-# 0o644 << 16; we write the bytes ourselves so that no library version can change them.
-ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)
-ZIP_EXTERNAL_ATTR = 0o644 << 16
-ZIP_CREATE_SYSTEM = 3  # Unix
-_ZIP_VERSION = 20  # 2.0: stored members, no zip64
-_DOS_TIME = 0  # 00:00:00
-_DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01
-_ZIP_LIMIT = (1 << 31) - 1  # beyond this zipfile itself would switch to zip64
 _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII)
-
-
-def deterministic_zip(members: Sequence[tuple[str, bytes]]) -> bytes:
-    """Pack (name, data) pairs, in the order given, into a zip whose bytes depend on nothing else.
-
-    Per member a local file header (version needed 2.0, flags 0, method 0 = stored, DOS time 0 and
-    date 1980-01-01, CRC-32, sizes, the ASCII name, no extra field) then the data; then the
-    central directory (version made by 3 << 8 | 20, same fields, no comment, internal attributes
-    0, external attributes 0o644 << 16, the local header's offset); then the end-of-central-
-    directory record with no comment.
-    """
-    out = bytearray()
-    central = bytearray()
-    names = set()
-    for name, data in members:
-        raw_name = name.encode("ascii")
-        if not raw_name or name in names or len(raw_name) > 0xFFFF:
-            raise ValueError(f"bad or duplicate member name {name!r}")
-        names.add(name)
-        data = bytes(data)
-        if len(data) >= _ZIP_LIMIT or len(out) >= _ZIP_LIMIT:
-            raise ValueError("bundle too large for a zip without zip64")
-        crc = zlib.crc32(data) & 0xFFFFFFFF
-        offset = len(out)
-        common = struct.pack(
-            "<HHHHHIIIH",
-            _ZIP_VERSION,
-            0,
-            zipfile.ZIP_STORED,
-            _DOS_TIME,
-            _DOS_DATE,
-            crc,
-            len(data),
-            len(data),
-            len(raw_name),
-        )
-        out += b"PK\x03\x04" + common + struct.pack("<H", 0) + raw_name + data
-        central += (
-            b"PK\x01\x02"
-            + struct.pack("<BB", _ZIP_VERSION, ZIP_CREATE_SYSTEM)
-            + common
-            + struct.pack("<HHHHII", 0, 0, 0, 0, ZIP_EXTERNAL_ATTR, offset)
-            + raw_name
-        )
-    if len(members) > 0xFFFF or len(out) + len(central) >= _ZIP_LIMIT:
-        raise ValueError("bundle too large for a zip without zip64")
-    eocd = b"PK\x05\x06" + struct.pack(
-        "<HHHHIIH", 0, 0, len(members), len(members), len(central), len(out), 0
-    )
-    return bytes(out + central + eocd)
-
-
-def json_member(value: object) -> bytes:
-    """The form of the bundle's JSON members (all but the manifest): sorted keys, two-space
-    indent, UTF-8, one trailing newline."""
-    text = json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
-    return (text + "\n").encode("utf-8")
-
-
-def manifest_member(members: Sequence[tuple[str, bytes]]) -> bytes:
-    """manifest.json: canonical JSON of the SHA-256 of every other member."""
-    files = {name: hashlib.sha256(data).hexdigest() for name, data in members}
-    return chain.canonical_json({"format_version": BUNDLE_FORMAT_VERSION, "files": files}).encode()
+# Exit statuses: every check passed under a pinned key; a check failed; (argparse: usage);
+# every check passed but no key was pinned, so nothing ties the bundle to the log's operator.
+EXIT_VERIFIED, EXIT_FAILED, EXIT_UNPINNED = 0, 1, 3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,6 +124,9 @@ class _Bundle:
     leaf_index: int | None = None
     leaf_payload: str | None = None
     checkpoint: checkpoints.Checkpoint | None = None
+    contents: binding.Contents | None = None
+    question: str | None = None  # what the verified bundle says was asked, for the report
+    answer: str | None = None
 
     def check(self, name: str) -> Check:
         result = Check(name)
@@ -235,6 +167,8 @@ class _Bundle:
 
 
 def _read_zip(data: bytes, check: Check) -> list[tuple[str, bytes]] | None:
+    """The members, each refused before it is read when it is compressed (a deflate bomb costs
+    nothing then) or larger than MAX_MEMBER_BYTES."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         infos = archive.infolist()
@@ -243,6 +177,12 @@ def _read_zip(data: bytes, check: Check) -> list[tuple[str, bytes]] | None:
         return None
     members = []
     for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED:
+            check.fail(f"member {info.filename!r} is compressed; bundle members are stored")
+            continue
+        if max(info.file_size, info.compress_size) > MAX_MEMBER_BYTES:
+            check.fail(f"member {info.filename!r} is over {MAX_MEMBER_BYTES} bytes; not read")
+            continue
         try:
             members.append((info.filename, archive.read(info)))
         except Exception as exc:  # a CRC mismatch, a bad local header, ...
@@ -344,8 +284,9 @@ def _check_records(b: _Bundle, check: Check) -> None:
     text = b.text(RECORDS, check)
     if meta is None or text is None:
         return
-    if meta["format_version"] != chain.FORMAT_VERSION:
+    if meta["format_version"] not in (1, binding.FORMAT_VERSION):
         check.fail(f"unsupported chain format_version {meta['format_version']!r}")
+        return
     trail_id = meta["trail_id"]
     if not isinstance(trail_id, str) or not _UUID.fullmatch(trail_id):
         check.fail("trail_id is not a canonical lowercase UUID")
@@ -377,6 +318,10 @@ def _check_records(b: _Bundle, check: Check) -> None:
     summary = chain.verify_trail(trail_id, stored)
     for failure in summary.failures:
         check.fail(f"seq {failure.seq}: {failure.reason}")
+    b.contents = binding.Contents(trail_id, meta["format_version"])
+    for record in stored:
+        with contextlib.suppress(ValueError, RecursionError):  # the chain check named it
+            b.contents.observe(record.seq, _loads(record.payload))
     count = meta["record_count"]
     if not _int(count) or count != len(entries) or count != len(lines):
         check.fail(f"record_count {meta['record_count']!r} does not match the records")
@@ -417,8 +362,8 @@ def _check_leaf(b: _Bundle, check: Check) -> None:
     }:
         check.fail("ledger payload must hold exactly v, trail, job, records, head, outcome")
         return
-    if sealed["v"] != chain.FORMAT_VERSION:
-        check.fail(f"ledger payload version {sealed['v']!r} is not {chain.FORMAT_VERSION}")
+    if b.contents is None or sealed["v"] != b.contents.format_version:
+        check.fail(f"ledger payload version {sealed['v']!r} is not the chain's format_version")
     if b.trail_id is None or b.record_count is None:
         check.fail("cannot compare the ledger leaf with the records (see the records check)")
         return
@@ -430,6 +375,9 @@ def _check_leaf(b: _Bundle, check: Check) -> None:
         )
     if sealed["head"] != b.head_hash:
         check.fail("ledger leaf seals another head hash than the records' head")
+    if b.contents is not None:
+        for failure in b.contents.finish(sealed_outcome=sealed["outcome"]):
+            check.fail(f"seq {failure.seq}: {failure.reason}")
     if not check.failures:
         check.detail = (
             f"ledger entry {b.leaf_index} seals this trail, {b.record_count} records and its head "
@@ -494,6 +442,65 @@ def _check_proof(b: _Bundle, leaf_check: Check, proof_check: Check) -> None:
         )
 
 
+def _disclosed_text(b: _Bundle, name: str, entry: dict, check: Check) -> str | None:
+    """The text of one disclosed field: its member's UTF-8, or canonical JSON of its value."""
+    member = TEXT_MEMBERS.get(name)
+    if member is not None:
+        return b.text(member, check)
+    if "value" not in entry:
+        check.fail(f"disclosure of {name} has no value")
+        return None
+    try:
+        return chain.canonical_json(entry["value"])
+    except chain.NonCanonicalValue as exc:
+        check.fail(f"disclosure of {name} has no canonical form ({exc})")
+        return None
+
+
+def _check_disclosures(b: _Bundle, check: Check) -> None:
+    """prompt.txt, answer.txt and the other bound texts against the digests in the records."""
+    doc = b.json(DISCLOSURES, check)
+    contents = b.contents
+    if doc is None or contents is None:
+        return
+    if contents.format_version < 2:
+        if doc or any(b.members.get(m) for m in TEXT_MEMBERS.values()):
+            check.fail("a v1 trail binds no texts: disclosures, prompt and answer must be empty")
+        else:
+            check.detail = "v1 trail: it binds no question or answer (decisions only)"
+        return
+    request, answer = contents.request or {}, contents.answer
+    digests = dict((request.get("prompt") or {}).get("digests") or {})
+    if answer is not None:
+        digests[binding.ANSWER_TEXT] = answer.get("output_text_digest")
+    if set(doc) != set(digests):
+        check.fail(f"disclosures.json names {sorted(doc)}; the records bind {sorted(digests)}")
+        return
+    shown = []
+    for name in sorted(digests):
+        entry = doc[name]
+        if not isinstance(entry, dict):
+            check.fail(f"disclosure of {name} is not an object")
+        elif entry == {"withheld": True}:
+            member = TEXT_MEMBERS.get(name)
+            if member is not None and b.members.get(member):
+                check.fail(f"{name} is declared withheld, but {member} is not empty")
+            shown.append(f"{name} withheld")
+        elif set(entry) - {"salt", "value"} or not _hex_hash(entry.get("salt")):
+            check.fail(f"disclosure of {name} must be {{salt, value?}} or {{withheld: true}}")
+        else:
+            text = _disclosed_text(b, name, entry, check)
+            if text is not None and not binding.text_matches(digests[name], entry["salt"], text):
+                check.fail(f"{name} is not the text whose digest the records hold")
+            else:
+                shown.append(f"{name} matches its digest")
+    if not check.failures:
+        withheld = {n for n in digests if doc[n] == {"withheld": True}}
+        b.question = None if binding.RENDERED in withheld else b.text(PROMPT, check)
+        b.answer = None if binding.ANSWER_TEXT in withheld else b.text(ANSWER, check)
+        check.detail = "; ".join(shown)
+
+
 def _bundled_key(b: _Bundle, check: Check) -> str | None:
     text = b.text(VERIFIER_KEY, check)
     if text is None:
@@ -524,21 +531,50 @@ def _check_descriptive(b: _Bundle, check: Check) -> None:
         check.detail = "models.json and params.json are JSON objects; the texts are UTF-8"
 
 
-def check_bundle(source: str | Path | bytes, *, key: str | None = None) -> list[Check]:
-    """Every check of a bundle (a path, or the zip's bytes), in order; failures are collected."""
+def _bundle_bytes(source: str | Path | bytes, check: Check) -> bytes | None:
+    """The bundle's bytes, refused unread when over MAX_BUNDLE_BYTES."""
+    if isinstance(source, (bytes, bytearray)):
+        data = bytes(source)
+    else:
+        try:
+            size = Path(source).stat().st_size
+            if size > MAX_BUNDLE_BYTES:
+                check.fail(f"the bundle is {size} bytes, over the {MAX_BUNDLE_BYTES} limit")
+                return None
+            data = Path(source).read_bytes()
+        except OSError as exc:
+            check.fail(f"cannot read the bundle ({exc})")
+            return None
+    if len(data) > MAX_BUNDLE_BYTES:
+        check.fail(f"the bundle is {len(data)} bytes, over the {MAX_BUNDLE_BYTES} limit")
+        return None
+    return data
+
+
+@dataclass
+class Findings:
+    checks: list[Check]
+    question: str | None = None  # prompt.txt, once it matched its digest
+    answer: str | None = None  # answer.txt, once it matched its digest
+
+    @property
+    def failures(self) -> int:
+        return sum(len(c.failures) for c in self.checks)
+
+
+def inspect_bundle(source: str | Path | bytes, *, keys: Sequence[str] = ()) -> Findings:
+    """Every check of a bundle (a path, or the zip's bytes), in order, failures collected, and
+    the question and answer it verified. `keys` are the pinned log verifier keys (several when
+    the log's key was rotated)."""
     container = Check("zip container")
-    try:
-        data = (
-            bytes(source) if isinstance(source, (bytes, bytearray)) else Path(source).read_bytes()
-        )
-    except OSError as exc:
-        container.fail(f"cannot read the bundle ({exc})")
-        return [container]
+    data = _bundle_bytes(source, container)
+    if data is None:
+        return Findings([container])
     members = _read_zip(data, container)
     if members is None:
-        return [container]
+        return Findings([container])
     _check_container(data, members, container)
-    b = _Bundle(members=dict(members), key=key)
+    b = _Bundle(members=dict(members), key=None)
     b.checks.append(container)
     names = [n for n, _ in members]
     _check_members(names, b.check("members"))
@@ -547,6 +583,7 @@ def check_bundle(source: str | Path | bytes, *, key: str | None = None) -> list[
     _check_leaf(b, b.check("ledger leaf"))
     leaf_check = b.check("leaf hash")
     _check_proof(b, leaf_check, b.check("inclusion proof"))
+    _check_disclosures(b, b.check("question and answer"))
     sig = b.check("checkpoint signature")
     bundled = _bundled_key(b, sig)
     cp = _check_signature(b, sig, bundled)
@@ -555,33 +592,42 @@ def check_bundle(source: str | Path | bytes, *, key: str | None = None) -> list[
             f"origin {cp.origin!r}, tree size {cp.size}, signed by the key in verifier-key.txt "
             f"({bundled.split('+', 1)[0]}+{bundled.split('+')[1]})"
         )
-    if key is not None:
+    if keys:
         pinned = b.check("pinned key")
-        key = key.strip()
-        if bundled is not None and bundled != key:
-            pinned.fail("verifier-key.txt is not the key you pinned with --key")
-        if _check_signature(b, pinned, key) is not None and pinned.ok:
-            pinned.detail = (
-                "verifier-key.txt is the pinned key, and the checkpoint verifies with it"
-            )
+        pinned_keys = [key.strip() for key in keys]
+        if bundled is not None and bundled not in pinned_keys:
+            pinned.fail("verifier-key.txt is none of the keys you pinned with --key")
+        elif bundled is not None and _check_signature(b, pinned, bundled) is not None:
+            pinned.detail = "the checkpoint verifies with a pinned key (verifier-key.txt)"
     _check_descriptive(b, b.check("descriptive files"))
-    return b.checks
+    return Findings(b.checks, b.question, b.answer)
 
 
-def verify_bundle(source: str | Path | bytes, *, key: str | None = None) -> list[str]:
+def check_bundle(source: str | Path | bytes, *, keys: Sequence[str] = ()) -> list[Check]:
+    return inspect_bundle(source, keys=keys).checks
+
+
+def verify_bundle(source: str | Path | bytes, *, keys: Sequence[str] = ()) -> list[str]:
     """Every failure found in the bundle, as 'check: reason' lines; empty when it verifies."""
-    return [f"{c.name}: {reason}" for c in check_bundle(source, key=key) for reason in c.failures]
+    return [f"{c.name}: {reason}" for c in check_bundle(source, keys=keys) for reason in c.failures]
 
 
 UNPINNED_NOTE = (
-    "No --key given: the checkpoint signature was checked only against the key inside the "
-    "bundle, which whoever produced the bundle chose. Pin the log's verifier key, obtained out "
-    "of band, with --key."
+    "NO LOG KEY PINNED: the checkpoint signature was checked only against the key inside the "
+    "bundle, which whoever produced the bundle chose, so this proves consistency, not origin. "
+    "Pin the log's verifier key, obtained out of band, with --key."
 )
 UNSIGNED_FILES_NOTE = (
     "models.json, params.json, verification.txt and README.txt are protected by the manifest "
-    "only, not by the signature; the signed records carry each step's models and parameters."
+    "only, not by the signature; the signed records carry the models and parameters."
 )
+
+
+def _shown(label: str, text: str | None) -> str:
+    if text is None:
+        return f"{label}: (withheld, or not verified)"
+    quoted = "\n".join(f"    | {line}" for line in text.split("\n"))
+    return f"{label} ({len(text)} characters):\n{quoted}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -591,27 +637,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("bundle", help="the bundle .zip file")
     parser.add_argument(
-        "--key", help="the log's verifier key (<name>+<id>+<key>), obtained out of band"
+        "--key",
+        action="append",
+        default=[],
+        help="a log verifier key (<name>+<id>+<key>) obtained out of band; repeat it to pin the "
+        "keys of a rotated log",
+    )
+    parser.add_argument(
+        "--allow-unpinned",
+        action="store_true",
+        help="exit 0 without a pinned key (the result then proves consistency, not origin)",
     )
     args = parser.parse_args(argv)
-    checks = check_bundle(args.bundle, key=args.key)
+    findings = inspect_bundle(args.bundle, keys=args.key)
     print(f"Pathfinder evidence bundle {args.bundle}")
-    for c in checks:
+    for c in findings.checks:
         if c.ok:
             print(f"OK    {c.name}: {c.detail}" if c.detail else f"OK    {c.name}")
         else:
             print(f"FAIL  {c.name}:")
             for reason in c.failures:
                 print(f"        - {reason}")
-    if args.key is None:
-        print(f"NOTE  {UNPINNED_NOTE}")
     print(f"NOTE  {UNSIGNED_FILES_NOTE}")
-    failures = sum(len(c.failures) for c in checks)
-    if failures:
-        print(f"RESULT: FAILED ({failures} failure{'s' if failures != 1 else ''})")
-        return 1
-    print(f"RESULT: VERIFIED ({len(checks)} checks passed)")
-    return 0
+    if findings.failures:
+        s = "s" if findings.failures != 1 else ""
+        print(f"RESULT: FAILED ({findings.failures} failure{s})")
+        return EXIT_FAILED
+    print(_shown("QUESTION (prompt.txt, the rendered prompt)", findings.question))
+    print(_shown("ANSWER (answer.txt, the output text as served)", findings.answer))
+    if not args.key:
+        print(f"WARNING  {UNPINNED_NOTE}")
+        if not args.allow_unpinned:
+            print("RESULT: NOT VERIFIED (no log key pinned; --allow-unpinned accepts that)")
+            return EXIT_UNPINNED
+        print(f"RESULT: CONSISTENT BUT UNPINNED ({len(findings.checks)} checks passed)")
+        return EXIT_VERIFIED
+    print(f"RESULT: VERIFIED ({len(findings.checks)} checks passed)")
+    return EXIT_VERIFIED
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import uuid
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import chain
+from . import binding, chain
 from .models import DecisionRecord, LedgerEntry, Trail
 
 # pg_advisory_xact_lock key for ledger appends ("PFLEDGER" as an integer).
@@ -24,7 +24,8 @@ class TrailClosed(Exception):
 
 
 def trail_open(*, job_id: uuid.UUID, attempt: int, previous_id: uuid.UUID | None = None) -> Trail:
-    """A new open trail for one attempt; previous_id links the job's earlier attempt's trail."""
+    """A new open trail (format v2, with its own salt) for one attempt; previous_id links the
+    job's earlier attempt's trail. Its first record is the request (binding.request_payload)."""
     trail_id = uuid.uuid4()
     genesis = chain.genesis_hash(str(trail_id))
     return Trail.objects.create(
@@ -32,18 +33,24 @@ def trail_open(*, job_id: uuid.UUID, attempt: int, previous_id: uuid.UUID | None
         job_id=job_id,
         attempt=attempt,
         previous_id=previous_id,
+        format_version=binding.FORMAT_VERSION,
+        salt=binding.new_trail_salt(),
         genesis_hash=genesis,
         head_hash=genesis,
     )
 
 
 def trail_append(*, trail_id: uuid.UUID, payload: dict) -> DecisionRecord:
-    """Append one record and commit it before returning (the caller releases tokens after)."""
-    return trail_append_many(trail_id=trail_id, texts=[chain.canonical_json(payload)])[-1]
+    """Append one record (of the kind its payload names) and commit it before returning."""
+    texts = [chain.canonical_json(payload)]
+    return trail_append_many(trail_id=trail_id, texts=texts, kind=binding.kind_of(payload))[-1]
 
 
-def trail_append_many(*, trail_id: uuid.UUID, texts: list[str]) -> list[DecisionRecord]:
-    """Append records (canonical JSON texts, in order) in one transaction and commit them.
+def trail_append_many(
+    *, trail_id: uuid.UUID, texts: list[str], kind: str = binding.DECISION
+) -> list[DecisionRecord]:
+    """Append records of one kind (canonical JSON texts, in order) in one transaction and
+    commit them.
 
     One trail-row lock, one multi-row INSERT and one head update for the lot: the rows, hashes
     and trigger checks are exactly those of appending them one by one.
@@ -58,7 +65,12 @@ def trail_append_many(*, trail_id: uuid.UUID, texts: list[str]) -> list[Decision
             digest = chain.record_hash(str(trail.id), seq, head, text)
             records.append(
                 DecisionRecord(
-                    trail=trail, seq=seq, payload=text, prev_hash=head, record_hash=digest
+                    trail=trail,
+                    seq=seq,
+                    kind=kind,
+                    payload=text,
+                    prev_hash=head,
+                    record_hash=digest,
                 )
             )
             seq, head = seq + 1, digest
@@ -82,6 +94,7 @@ def trail_seal(*, trail_id: uuid.UUID, outcome: str) -> LedgerEntry:
         seq = last.seq + 1 if last else 0
         prev_hash = last.entry_hash if last else chain.ledger_genesis_hash()
         payload = chain.ledger_payload(
+            format_version=trail.format_version,
             trail_id=str(trail.id),
             job_id=str(trail.job_id),
             record_count=trail.record_count,

@@ -1,5 +1,12 @@
-"""Verify what the database holds: stream rows from one consistent snapshot into audit.chain,
-collect every failure, and record the run."""
+"""Verify what the database holds: stream rows from one consistent snapshot into audit.chain and
+audit.binding, collect every failure, and record the run.
+
+One pipeline checks each trail, whoever asks (verify_chain in every mode, the portal's Verify
+and sign-off, export, the periodic check): every link of its chain; its request, decisions and
+answer (format v2); the job row that points at it (prompt, params, stop strings, output, trail
+pointer, request id); its ledger leaf; and, once sealed, its inclusion under the newest valid
+signed checkpoint that covers it.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +20,12 @@ from itertools import groupby
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import chain
-from .log import checkpoint_failures
+from . import binding, chain, checkpoints, claims, merkle
+from .log import checkpoint_failures, latest_checkpoint, verifier_key
 from .models import DecisionRecord, LedgerEntry, Trail, VerificationRun
 
 _CHUNK = 2000
+_CLAIM_BATCH = 500  # trails whose job rows are fetched and compared in one query
 
 
 @dataclass
@@ -26,7 +34,12 @@ class Report:
     trails_checked: int = 0
     records_checked: int = 0
     ledger_entries_checked: int = 0
+    jobs_checked: int = 0
     failures: list[chain.Failure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    # The checkpoint the last sealed trail was proven under (id, tree size), if any.
+    checkpoint_id: int | None = None
+    checkpoint_size: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -36,7 +49,9 @@ class Report:
         """The report for people: a summary, then each broken link."""
         lines = [
             f"Verified {self.scope}: {self.trails_checked} trails, {self.records_checked} "
-            f"records, {self.ledger_entries_checked} ledger entries.",
+            f"records, {self.ledger_entries_checked} ledger entries, {self.jobs_checked} job "
+            "rows.",
+            *(f"Note: {note}" for note in self.notes),
         ]
         if self.ok:
             return [*lines, "INTACT: every link verifies."]
@@ -53,45 +68,68 @@ class Report:
             "trails_checked": self.trails_checked,
             "records_checked": self.records_checked,
             "ledger_entries_checked": self.ledger_entries_checked,
+            "jobs_checked": self.jobs_checked,
+            "checkpoint": self.checkpoint_size,
+            "notes": self.notes,
             "failures": [failure.as_dict() for failure in self.failures],
         }
 
 
+@dataclass
+class _Walked:
+    """One trail after its records were streamed: what the chain and the contents showed."""
+
+    trail: Trail | None
+    summary: chain.TrailSummary
+    contents: binding.Contents
+
+
 def verify_trails(trail_ids: Iterable[uuid.UUID], *, scope: str) -> Report:
-    """Verify the given trails: every link, the head against the ledger leaf (or the trail row
-    while the trail is open), and the leaf's own link in the ledger."""
+    """Verify the given trails (see the module docstring for what is checked)."""
     started = timezone.now()
     report = Report(scope=scope)
     with _snapshot():
         for trail_id in trail_ids:
-            records = DecisionRecord.objects.filter(trail_id=trail_id).order_by("seq", "id")
-            summary = _walk_trail(str(trail_id), _stored(records), report)
             trail = Trail.objects.filter(pk=trail_id).first()
+            records = DecisionRecord.objects.filter(trail_id=trail_id).order_by("seq", "id")
+            walked = _walk(str(trail_id), trail, _stored(records), report)
             entry = LedgerEntry.objects.filter(trail_id=trail_id).first()
             if entry is not None:
                 report.failures.extend(_ledger_link_failures(entry))
                 report.ledger_entries_checked += 1
-            _check_head(str(trail_id), summary, trail, entry.payload if entry else None, report)
+                _check_inclusion(entry, report)
+            _check_head(str(trail_id), walked, entry.payload if entry else None, report)
+            _check_claims([walked], report)
     return _recorded(report, started)
 
 
 def verify_everything(*, progress: Callable[[], None] | None = None) -> Report:
-    """Verify every trail and the whole ledger, one streamed pass over each table."""
+    """Verify every trail, job row and the whole ledger, one streamed pass over each table."""
     started = timezone.now()
     report = Report(scope="all")
     with _snapshot():
-        summaries: dict[str, chain.TrailSummary] = {}
-        rows = DecisionRecord.objects.order_by("trail_id", "seq", "id")
-        for trail_id, records in groupby(_stored(rows), key=lambda record: record.trail_id):
-            summaries[trail_id] = _walk_trail(trail_id, records, report)
-            if progress:
-                progress()
         trails = {
             str(trail.id): trail
-            for trail in Trail.objects.only("id", "status", "record_count", "head_hash").iterator(
-                chunk_size=_CHUNK
-            )
+            for trail in Trail.objects.only(
+                "id", "status", "outcome", "record_count", "head_hash", "format_version", "salt"
+            ).iterator(chunk_size=_CHUNK)
         }
+        summaries: dict[str, chain.TrailSummary] = {}
+        batch: list[_Walked] = []
+        rows = DecisionRecord.objects.order_by("trail_id", "seq", "id")
+        for trail_id, records in groupby(_stored(rows), key=lambda record: record[0].trail_id):
+            walked = _walk(trail_id, trails.get(trail_id), records, report)
+            summaries[trail_id] = walked.summary
+            batch = _claims_batch(batch, walked, report)
+            if progress:
+                progress()
+        for trail_id in trails.keys() - summaries.keys():  # trails without a single record
+            walked = _walk(trail_id, trails[trail_id], (), report)
+            summaries[trail_id] = walked.summary
+            batch = _claims_batch(batch, walked, report)
+        _check_claims(batch, report)
+        _check_pointers(trails, report)
+
         sealed: set[str] = set()
         leaves: list[bytes] = []  # the Merkle log's leaves, for the checkpoints below
         for payload, failures in chain.verify_ledger(_ledger_entries(leaves)):
@@ -100,18 +138,11 @@ def verify_everything(*, progress: Callable[[], None] | None = None) -> Report:
             trail_id = payload.get("trail")
             sealed.add(trail_id)
             summary = summaries.get(trail_id)
-            if summary is None and trail_id in trails:
-                summary = _empty_summary(trail_id)
             report.failures.extend(chain.check_sealed_trail(payload, summary))
+            report.failures.extend(_leaf_against_row(payload, trails.get(trail_id)))
         for trail_id, trail in trails.items():
             if trail_id not in sealed:
-                _check_head(
-                    trail_id,
-                    summaries.get(trail_id) or _empty_summary(trail_id),
-                    trail,
-                    None,
-                    report,
-                )
+                _check_open(trail_id, summaries[trail_id], trail, report)
         for trail_id in summaries.keys() - trails.keys() - sealed:
             report.failures.append(
                 chain.Failure("trail", trail_id, 0, "records belong to a trail that does not exist")
@@ -121,33 +152,130 @@ def verify_everything(*, progress: Callable[[], None] | None = None) -> Report:
     return _recorded(report, started)
 
 
-def _ledger_entries(leaves: list[bytes]) -> Iterator[chain.StoredLedgerEntry]:
-    """Stream the ledger, keeping each payload as a leaf of the Merkle log on the way."""
-    for entry in LedgerEntry.objects.order_by("seq", "id").iterator(chunk_size=_CHUNK):
-        leaves.append(entry.payload.encode("utf-8"))
-        yield chain.StoredLedgerEntry(entry.seq, entry.prev_hash, entry.entry_hash, entry.payload)
+def _walk(trail_id: str, trail: Trail | None, records, report: Report) -> _Walked:
+    """Stream one trail's (record, kind column) pairs through the chain and contents checks."""
+    format_version = trail.format_version if trail is not None else 1
+    contents = binding.Contents(trail_id, format_version)
 
+    def observed() -> Iterator[chain.StoredRecord]:
+        for record, kind in records:
+            try:
+                payload = json.loads(record.payload)
+            except ValueError:
+                payload = None  # the chain check names it: not canonical JSON
+            contents.observe(record.seq, payload)
+            if kind != binding.kind_of(payload):
+                contents.fail(record.seq, f"kind column says {kind!r}, the payload another")
+            yield record
 
-def _walk_trail(trail_id: str, records: Iterable[chain.StoredRecord], report: Report):
-    summary = chain.verify_trail(trail_id, records)
+    summary = chain.verify_trail(trail_id, observed())
+    outcome = trail.outcome if trail is not None and trail.status == Trail.Status.SEALED else None
     report.trails_checked += 1
     report.records_checked += summary.record_count
     report.failures.extend(summary.failures)
-    return summary
+    report.failures.extend(contents.finish(sealed_outcome=outcome))
+    return _Walked(trail, summary, contents)
 
 
-def _empty_summary(trail_id: str) -> chain.TrailSummary:
-    return chain.TrailSummary(trail_id=trail_id, head_hash=chain.genesis_hash(trail_id))
+def _claims_batch(batch: list[_Walked], walked: _Walked, report: Report) -> list[_Walked]:
+    batch.append(walked)
+    if len(batch) < _CLAIM_BATCH:
+        return batch
+    _check_claims(batch, report)
+    return []
 
 
-def _check_head(trail_id, summary, trail: Trail | None, ledger_payload: str | None, report):
+def _check_claims(walked: list[_Walked], report: Report) -> None:
+    """Each job row against the trail it points at; each served answer against a job row."""
+    source = claims.source()
+    if source is None:
+        _note(report, "no claims source is registered: job rows were not checked")
+        return
+    by_trail = {w.contents.trail_id: w for w in walked}
+    claimed: dict[str, set[str]] = {}
+    for claim in source.for_trails(by_trail.keys()):
+        report.jobs_checked += 1
+        w = by_trail[claim.trail_id]
+        claimed.setdefault(claim.trail_id, set()).add(claim.job_id)
+        if w.contents.format_version < 2:
+            _note(report, "v1 trails bind no request or answer: their job rows were not checked")
+            continue
+        salt = w.trail.salt if w.trail is not None else ""
+        if not salt:
+            report.failures.append(
+                chain.Failure("trail", claim.trail_id, None, "the trail's salt is missing")
+            )
+            continue
+        report.failures.extend(binding.claim_failures(claim, w.contents, salt))
+    for trail_id, w in by_trail.items():
+        request, answer = w.contents.request, w.contents.answer
+        job_id = request.get("job") if request is not None else None
+        if answer is not None and job_id not in claimed.get(trail_id, set()):
+            report.failures.append(
+                chain.Failure(
+                    "job",
+                    trail_id,
+                    None,
+                    f"job {job_id} does not point at the trail that recorded its answer",
+                )
+            )
+
+
+def _check_pointers(trails: dict[str, Trail], report: Report) -> None:
+    source = claims.source()
+    if source is None:
+        return
+    for job_id, trail_id in source.pointers():
+        if trail_id not in trails:
+            report.failures.append(
+                chain.Failure("job", trail_id, None, f"job {job_id} points at a missing trail")
+            )
+
+
+def _note(report: Report, note: str) -> None:
+    if note not in report.notes:
+        report.notes.append(note)
+
+
+def _leaf_against_row(payload: dict, trail: Trail | None) -> list[chain.Failure]:
+    """The trail row's format version and outcome are the leaf's (the leaf is what is signed)."""
+    if trail is None:
+        return []
+    trail_id = str(trail.id)
+    failures = []
+    if payload.get("v") != trail.format_version:
+        failures.append(
+            chain.Failure(
+                "trail",
+                trail_id,
+                None,
+                f"trail row says format v{trail.format_version}, its "
+                f"sealed leaf v{payload.get('v')}",
+            )
+        )
+    if trail.status != Trail.Status.SEALED or payload.get("outcome") != trail.outcome:
+        failures.append(
+            chain.Failure("trail", trail_id, None, "trail row's seal differs from its ledger leaf")
+        )
+    return failures
+
+
+def _check_head(trail_id: str, walked: _Walked, ledger_payload: str | None, report: Report):
+    trail, summary = walked.trail, walked.summary
     if ledger_payload is not None:
         present = trail is not None or summary.record_count > 0
         sealed_as = json.loads(ledger_payload)
         report.failures.extend(chain.check_sealed_trail(sealed_as, summary if present else None))
+        report.failures.extend(_leaf_against_row(sealed_as, trail))
     elif trail is None:
         report.failures.append(chain.Failure("trail", trail_id, None, "trail is missing"))
-    elif trail.status == Trail.Status.SEALED:
+    else:
+        _check_open(trail_id, summary, trail, report)
+
+
+def _check_open(trail_id: str, summary: chain.TrailSummary, trail: Trail, report: Report):
+    """A trail with no ledger leaf: open, and its head as its records recompute it."""
+    if trail.status == Trail.Status.SEALED:
         report.failures.append(
             chain.Failure("trail", trail_id, None, "trail is sealed but has no ledger entry")
         )
@@ -166,6 +294,47 @@ def _check_head(trail_id, summary, trail: Trail | None, ledger_payload: str | No
         )
 
 
+def _check_inclusion(entry: LedgerEntry, report: Report) -> None:
+    """Is the sealed leaf in the log under the newest valid signed checkpoint covering it?"""
+    all_leaves = [
+        payload.encode("utf-8")
+        for payload in LedgerEntry.objects.order_by("seq")
+        .values_list("payload", flat=True)
+        .iterator(chunk_size=_CHUNK)
+    ]
+    checkpoint = latest_checkpoint(len(all_leaves), covering=entry.seq + 1)
+    trail_id = str(entry.trail_id)
+    if checkpoint is None:
+        _note(report, f"no valid signed checkpoint covers trail {trail_id} yet")
+        return
+    signed = checkpoints.parse_and_verify(checkpoint.note, verifier_key())
+    included = entry.seq < len(all_leaves) and merkle.verify_inclusion(
+        entry.seq,
+        signed.size,
+        merkle.leaf_hash(entry.payload.encode("utf-8")),
+        merkle.inclusion_proof(entry.seq, all_leaves[: signed.size]),
+        signed.root,
+    )
+    if not included:
+        report.failures.append(
+            chain.Failure(
+                "ledger",
+                trail_id,
+                None,
+                f"ledger leaf {entry.seq} does not prove into the root of checkpoint "
+                f"{checkpoint.id} (size {signed.size})",
+            )
+        )
+    report.checkpoint_id, report.checkpoint_size = checkpoint.id, signed.size
+
+
+def _ledger_entries(leaves: list[bytes]) -> Iterator[chain.StoredLedgerEntry]:
+    """Stream the ledger, keeping each payload as a leaf of the Merkle log on the way."""
+    for entry in LedgerEntry.objects.order_by("seq", "id").iterator(chunk_size=_CHUNK):
+        leaves.append(entry.payload.encode("utf-8"))
+        yield chain.StoredLedgerEntry(entry.seq, entry.prev_hash, entry.entry_hash, entry.payload)
+
+
 def _ledger_link_failures(entry: LedgerEntry) -> list[chain.Failure]:
     """One leaf's own link: its hash, and that it extends the entry before it."""
     previous = LedgerEntry.objects.filter(seq=entry.seq - 1).first()
@@ -181,12 +350,18 @@ def _ledger_link_failures(entry: LedgerEntry) -> list[chain.Failure]:
     return failures
 
 
-def _stored(records) -> Iterator[chain.StoredRecord]:
-    for record in records.only("trail_id", "seq", "prev_hash", "record_hash", "payload").iterator(
-        chunk_size=_CHUNK
-    ):
-        yield chain.StoredRecord(
-            str(record.trail_id), record.seq, record.prev_hash, record.record_hash, record.payload
+def _stored(records) -> Iterator[tuple[chain.StoredRecord, str]]:
+    fields = ("trail_id", "seq", "kind", "prev_hash", "record_hash", "payload")
+    for record in records.only(*fields).iterator(chunk_size=_CHUNK):
+        yield (
+            chain.StoredRecord(
+                str(record.trail_id),
+                record.seq,
+                record.prev_hash,
+                record.record_hash,
+                record.payload,
+            ),
+            record.kind,
         )
 
 

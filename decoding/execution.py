@@ -24,18 +24,18 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
+from audit import binding
 from audit.models import Trail
-from audit.store import trail_open, trail_seal
+from audit.store import trail_append, trail_open, trail_seal
 from decoding import events, metrics, runtime
+from decoding.claims import job_generation_params, job_request_payload
 from decoding.engine import (
     AuditUnavailable,
-    GenerationParams,
     GenerationRequest,
     GenerationResult,
     SpeculativeDecoder,
 )
 from decoding.models import GenerationJob
-from decoding.services import JOB_PARAM_FIELDS
 from decoding.sinks import TrailSink
 from decoding.text import StopStrings, output_text
 
@@ -75,6 +75,8 @@ def job_run(*, job_id: uuid.UUID) -> None:
     try:
         models, load_ms = runtime.models_for(job.model_spec)
         _owned(job.id, attempt).update(load_ms=round(load_ms, 1), lease_expires_at=_lease_until())
+        # The question is on record before the first decision about it.
+        trail_append(trail_id=trail.id, payload=job_request_payload(job, trail, models))
         decoder = SpeculativeDecoder(
             drafter=models.drafter,
             target=models.target,
@@ -95,7 +97,7 @@ def job_run(*, job_id: uuid.UUID) -> None:
     except LostOwnership:
         logger.warning("attempt lost its job; stopping", extra=_log(job, attempt))
         return
-    except AuditUnavailable as exc:
+    except (AuditUnavailable, DatabaseError) as exc:
         cause = exc.__cause__ or exc
         _fail(job, attempt, trail, f"audit store unavailable, no output released: {cause}")
         return
@@ -103,8 +105,15 @@ def job_run(*, job_id: uuid.UUID) -> None:
         logger.exception("generation failed", extra=_log(job, attempt))
         _fail(job, attempt, trail, f"generation failed: {exc}")
         return
-    text = output_text(models.tokenizer, result.output_token_ids, job.stop)
-    _succeed(job, attempt, trail, result, text)
+    answer = binding.Answer(
+        token_ids=result.output_token_ids,
+        text=output_text(models.tokenizer, result.output_token_ids, job.stop),
+        stop_reason=result.stop_reason,
+    )
+    try:
+        _succeed(job, attempt, trail, result, answer)
+    except DatabaseError as exc:
+        _fail(job, attempt, trail, f"audit store unavailable, no output released: {exc}")
 
 
 def _claim(job_id: uuid.UUID) -> tuple[GenerationJob, Trail] | None:
@@ -113,7 +122,7 @@ def _claim(job_id: uuid.UUID) -> tuple[GenerationJob, Trail] | None:
     with transaction.atomic():
         job = (
             GenerationJob.objects.select_for_update()
-            .select_related("model_spec")
+            .select_related("model_spec", "matter")
             .filter(pk=job_id)
             .first()
         )
@@ -188,25 +197,26 @@ def _step_boundary(job_id: uuid.UUID, attempt: int) -> Callable[[], bool]:
 
 def request_for(job: GenerationJob) -> GenerationRequest:
     """The engine request a job stands for (also what a replay re-runs)."""
-    params = GenerationParams(**{name: getattr(job, name) for name in JOB_PARAM_FIELDS})
     return GenerationRequest(
-        request_id=str(job.id), prompt_token_ids=tuple(job.prompt_token_ids), params=params
+        request_id=str(job.id),
+        prompt_token_ids=tuple(job.prompt_token_ids),
+        params=job_generation_params(job),
     )
 
 
 def _succeed(
-    job: GenerationJob, attempt: int, trail: Trail, result: GenerationResult, text: str
+    job: GenerationJob, attempt: int, trail: Trail, result: GenerationResult, answer
 ) -> None:
-    # The output appears in the same transaction that seals the trail whose records justify
-    # it, and only while this attempt owns the job.
+    # The output appears in the same transaction that records the answer and seals the trail
+    # whose records justify it, and only while this attempt owns the job.
     cancelled = result.stop_reason == "cancelled"
     status = GenerationJob.Status.CANCELLED if cancelled else GenerationJob.Status.SUCCEEDED
     with transaction.atomic():
         written = _owned(job.id, attempt).update(
             status=status,
-            output_token_ids=list(result.output_token_ids),
-            output_text=text,
-            stop_reason=result.stop_reason,
+            output_token_ids=list(answer.token_ids),
+            output_text=answer.text,
+            stop_reason=answer.stop_reason,
             steps=result.steps,
             drafted=result.drafted,
             accepted=result.accepted,
@@ -222,6 +232,12 @@ def _succeed(
             transaction.set_rollback(True)
             logger.warning("attempt finished after losing its job", extra=_log(job, attempt))
             return
+        trail_append(
+            trail_id=trail.id,
+            payload=binding.answer_payload(
+                trail_salt=trail.salt, answer=answer, steps=result.steps
+            ),
+        )
         trail_seal(
             trail_id=trail.id,
             outcome=Trail.Outcome.CANCELLED if cancelled else Trail.Outcome.SUCCEEDED,

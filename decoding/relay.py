@@ -46,10 +46,11 @@ def follow(job_id: uuid.UUID, *, timeout: float) -> Iterator[Progress]:
             rows = (
                 DecisionRecord.objects.filter(trail_id=job.trail_id, seq__gte=next_seq)
                 .order_by("seq")
-                .values_list("seq", "payload")
+                .values_list("seq", "kind", "payload")
             )
-            for seq, payload in rows:
-                tokens.extend(json.loads(payload)["emitted"])
+            for seq, kind, payload in rows:
+                if kind == DecisionRecord.Kind.DECISION:
+                    tokens.extend(json.loads(payload)["emitted"])
                 next_seq = seq + 1
         progress = Progress(tokens, job)
         yield progress

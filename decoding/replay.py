@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.chain import canonical_json
-from audit.models import DecisionRecord
+from audit.selectors import trail_decisions
 from decoding import runtime
 from decoding.engine import AuditSink, ReplayOverrun, ReplaySchedule, SpeculativeDecoder, StepRecord
 from decoding.execution import request_for
@@ -24,11 +24,12 @@ from decoding.text import StopStrings
 
 logger = logging.getLogger(__name__)
 
-# Wall-clock timings are the only fields a replay may change.
-VOLATILE_FIELDS = frozenset({"timings_us"})
+# Wall-clock timings may differ; the record format ("v", "kind") is not a decision, so a v1
+# trail replays under v2 code.
+VOLATILE_FIELDS = frozenset({"timings_us", "v", "kind"})
 # Causes before effects: a changed model identity is named before the decisions it changed.
 FIELD_ORDER = (
-    "v", "request_id", "step", "rule", "draft", "target", "params", "context_length",
+    "request_id", "step", "rule", "draft", "target", "params", "context_length",
     "draft_length", "drafted", "accepted_count", "correction", "emitted", "emitted_text", "stop",
     "rationale",
 )  # fmt: skip
@@ -71,9 +72,7 @@ def replay_run(*, replay_id: uuid.UUID) -> None:
     job = replay.job
     recorded = [
         json.loads(payload)
-        for payload in DecisionRecord.objects.filter(trail_id=replay.trail_id)
-        .order_by("seq")
-        .values_list("payload", flat=True)
+        for payload in trail_decisions(trail_id=replay.trail_id).values_list("payload", flat=True)
     ]
     try:
         models, _ = runtime.models_for(job.model_spec)

@@ -3,9 +3,47 @@
 import uuid
 
 from django.shortcuts import get_object_or_404
+from rest_framework.exceptions import APIException
 
+from audit import binding
 from audit.models import DecisionRecord, Trail
+from audit.selectors import trail_record_of_kind
+from decoding.claims import SERVED
 from decoding.models import ApiKey, GenerationJob
+
+
+class AnswerNotRecorded(APIException):
+    """The job row's output is not what its trail's answer record binds: it is not served
+    (an API answers 500 with this message: the fault is ours, not the caller's)."""
+
+    status_code = 500
+    default_code = "answer_not_recorded"
+
+
+def job_answer(job: GenerationJob) -> binding.Answer | None:
+    """What the job serves, taken from its recorded answer: the token ids as recorded, and the
+    row's text only if it is the text whose digest was recorded. None until it served one.
+
+    Trails of format v1 (before answers were recorded) bind no answer: their row is served.
+    """
+    trail = trail_for_job(job)
+    if job.status not in SERVED or trail is None:  # cancelled before it ran: nothing served
+        return None
+    row = binding.Answer(tuple(job.output_token_ids), job.output_text, job.stop_reason)
+    if trail.format_version < 2:
+        return row
+    recorded = trail_record_of_kind(trail_id=trail.id, kind=binding.ANSWER)
+    if recorded is None:
+        raise AnswerNotRecorded(f"job {job.id}: its trail recorded no answer")
+    if not binding.text_matches(
+        recorded["output_text_digest"],
+        binding.field_salt(trail.salt, binding.ANSWER_TEXT),
+        job.output_text,
+    ):
+        raise AnswerNotRecorded(f"job {job.id}: its output text is not the recorded answer")
+    return binding.Answer(
+        tuple(recorded["output_token_ids"]), job.output_text, recorded["stop_reason"]
+    )
 
 
 def job_get_for_key(*, api_key: ApiKey, job_id: uuid.UUID) -> GenerationJob:

@@ -83,8 +83,8 @@ def _age_s(moment) -> float | None:
 
 
 def _verification() -> dict:
-    last_ok = VerificationRun.objects.filter(ok=True).order_by("-finished_at").first()
-    last = VerificationRun.objects.order_by("-finished_at").first()
+    last_ok = VerificationRun.objects.filter(ok=True).order_by("-id").first()
+    last = VerificationRun.objects.order_by("-id").first()
     return {
         "ok": last is None or last.ok,
         "last_run_ok": None if last is None else last.ok,

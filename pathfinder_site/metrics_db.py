@@ -27,7 +27,7 @@ class DatabaseCollector:
                 "Seconds since the last signed checkpoint",
                 value=(now - checkpoint.created_at).total_seconds(),
             )
-        last = VerificationRun.objects.order_by("-finished_at").only("ok", "finished_at").first()
+        last = VerificationRun.objects.order_by("-id").only("ok", "finished_at").first()
         if last is not None:
             yield GaugeMetricFamily(
                 "pathfinder_last_verification_ok",

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.shortcuts import get_object_or_404
 
-from audit.models import DecisionRecord, Trail
+from audit.models import Trail
+from audit.selectors import trail_decision, trail_decisions
 from decoding.models import GenerationJob, Matter, Replay
 
 from . import custody
@@ -122,30 +123,23 @@ def trail_of(*, job: GenerationJob) -> Trail | None:
 
 
 def trail_payloads(*, job: GenerationJob) -> list[dict]:
-    """Every record of the job's trail, parsed, in seq order."""
+    """Every decision record of the job's trail, parsed, in step order."""
     if job.trail_id is None:
         return []
-    payloads = (
-        DecisionRecord.objects.filter(trail_id=job.trail_id)
-        .order_by("seq")
-        .values_list("payload", flat=True)
-    )
+    payloads = trail_decisions(trail_id=job.trail_id).values_list("payload", flat=True)
     return [json.loads(payload) for payload in payloads.iterator(chunk_size=2000)]
 
 
 def trail_step_count(*, job: GenerationJob) -> int:
     if job.trail_id is None:
         return 0
-    return DecisionRecord.objects.filter(trail_id=job.trail_id).count()
+    return trail_decisions(trail_id=job.trail_id).count()
 
 
 def trail_step(*, job: GenerationJob, step: int) -> Step | None:
-    record = (
-        DecisionRecord.objects.filter(trail_id=job.trail_id, seq=step).only("payload").first()
-        if job.trail_id is not None
-        else None
-    )
-    return step_present(json.loads(record.payload)) if record is not None else None
+    trail = trail_of(job=job)
+    payload = trail_decision(trail=trail, step=step) if trail is not None else None
+    return step_present(payload) if payload is not None else None
 
 
 def output_tokens(payloads: list[dict]) -> list[dict]:

@@ -4,7 +4,6 @@ transaction as what it wrote."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -13,10 +12,9 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
 
-from audit import checkpoints, merkle
 from audit.chain import Failure, canonical_json
 from audit.export import ExportError, trail_export
-from audit.log import inclusion_of, signing_key
+from audit.log import checkpoint_covering
 from audit.models import LedgerEntry
 from audit.verification import verify_trails
 from decoding.models import GenerationJob, Matter, Replay
@@ -82,74 +80,28 @@ def trail_view_record(*, user, job: GenerationJob, step: int | None) -> CustodyE
     )
 
 
-@dataclass
-class _Inclusion:
-    failures: list[Failure]
-    checkpoint_id: int | None = None
-    checkpoint_size: int | None = None
-
-
-def _inclusion_check(trail_id) -> _Inclusion:
-    """Is the trail's sealed leaf in the global log, under a checkpoint signed by our key?"""
-    trail = str(trail_id)
-    if not LedgerEntry.objects.filter(trail_id=trail_id).exists():
-        return _Inclusion(
-            [Failure("ledger", trail, None, "the trail is not sealed into the global log")]
-        )
-    inclusion = inclusion_of(trail_id)
-    checkpoint = inclusion.checkpoint
-    label = f"checkpoint {checkpoint.id} (size {checkpoint.tree_size})"
-    result = _Inclusion([], checkpoint.id, checkpoint.tree_size)
-    try:
-        signed = checkpoints.parse_and_verify(checkpoint.note, signing_key().verifier)
-    except checkpoints.CheckpointError as exc:
-        result.failures.append(Failure("checkpoint", None, None, f"{label}: {exc}"))
-        return result
-    if (signed.size, signed.root.hex()) != (checkpoint.tree_size, checkpoint.root_hash):
-        result.failures.append(
-            Failure("checkpoint", None, None, f"{label}: the signed note differs from the row")
-        )
-    if json.loads(inclusion.leaf_payload).get("trail") != trail:
-        result.failures.append(
-            Failure(
-                "ledger", trail, None, f"ledger leaf {inclusion.leaf_index} names another trail"
-            )
-        )
-    included = merkle.verify_inclusion(
-        inclusion.leaf_index,
-        signed.size,
-        merkle.leaf_hash(inclusion.leaf_payload.encode("utf-8")),
-        inclusion.proof,
-        signed.root,
-    )
-    if not included:
-        result.failures.append(
-            Failure(
-                "ledger",
-                trail,
-                None,
-                f"ledger leaf {inclusion.leaf_index} does not prove into the root of {label}",
-            )
-        )
-    result.checkpoint_size = signed.size
-    return result
-
-
 def trail_verify(*, user, job: GenerationJob) -> TrailVerification:
-    """Check the trail's chain (every link, its head against the ledger) and its inclusion in
-    the signed global log; store the verdict and log it."""
+    """Verify the job's trail with audit's one verification (chain, request and answer, the
+    job row, the ledger leaf, inclusion under a signed checkpoint); store the verdict and log
+    it. A sealed trail no checkpoint covers yet gets one signed first."""
     if job.trail_id is None:
         raise PortalRefusal("this job has no audit trail yet: there is nothing to verify")
+    entry = LedgerEntry.objects.filter(trail_id=job.trail_id).first()
+    if entry is not None:
+        checkpoint_covering(entry)
     report = verify_trails([job.trail_id], scope=f"trail {job.trail_id} (portal)")
-    inclusion = _inclusion_check(job.trail_id)
-    failures = [*report.failures, *inclusion.failures]
+    failures = list(report.failures)
+    if entry is None:
+        failures.append(
+            Failure("ledger", str(job.trail_id), None, "the trail is not sealed into the log")
+        )
     with transaction.atomic():
         verification = TrailVerification.objects.create(
             job=job,
             trail_id=job.trail_id,
             ok=not failures,
             first_failure=str(failures[0]) if failures else "",
-            checkpoint_size=inclusion.checkpoint_size,
+            checkpoint_size=report.checkpoint_size,
             user=user,
             at=timezone.now(),
         )
@@ -163,8 +115,8 @@ def trail_verify(*, user, job: GenerationJob) -> TrailVerification:
                 "records": report.records_checked,
                 "failures": len(failures),
                 "first_failure": verification.first_failure or None,
-                "checkpoint": inclusion.checkpoint_id,
-                "checkpoint_size": inclusion.checkpoint_size,
+                "checkpoint": report.checkpoint_id,
+                "checkpoint_size": report.checkpoint_size,
             },
         )
     return verification
@@ -239,33 +191,24 @@ def annotation_create(*, user, job: GenerationJob, text: str, step: int | None) 
 
 
 def sign_off_create(*, user, job: GenerationJob) -> SignOff:
-    """ "Reviewed and verified by NAME at TIME", only on a trail whose latest verification is ok."""
+    """ "Reviewed and verified by NAME at TIME": the trail is verified afresh (a verification
+    of its own, kept and logged), and signed off only if that verification is ok."""
     if job.trail_id is None:
         raise PortalRefusal("Sign-off refused: this job has no audit trail yet.")
-    with transaction.atomic():
-        latest = (
-            TrailVerification.objects.select_for_update()
-            .filter(job=job, trail_id=job.trail_id)
-            .order_by("-at", "-id")
-            .first()
+    verification = trail_verify(user=user, job=job)
+    if not verification.ok:
+        raise PortalRefusal(
+            f"Sign-off refused: verifying the trail found it broken ({verification.first_failure})."
         )
-        if latest is None:
-            raise PortalRefusal(
-                "Sign-off refused: the trail has never been verified. Verify it first."
-            )
-        if not latest.ok:
-            raise PortalRefusal(
-                "Sign-off refused: the trail's latest verification found it broken "
-                f"({latest.first_failure})."
-            )
+    with transaction.atomic():
         sign_off = SignOff.objects.create(
-            job=job, trail_id=job.trail_id, verification=latest, user=user, at=timezone.now()
+            job=job, trail_id=job.trail_id, verification=verification, user=user, at=timezone.now()
         )
         custody_append(
             user=user,
             action=CustodyEvent.Action.SIGN_OFF,
             job=job,
-            detail={"sign_off": sign_off.pk, "verification": latest.pk},
+            detail={"sign_off": sign_off.pk, "verification": verification.pk},
         )
     return sign_off
 

@@ -144,6 +144,10 @@ class GenerationPageOut(serializers.Serializer):
 
 class DecisionRecordOut(serializers.Serializer):
     seq = serializers.IntegerField()
+    kind = serializers.ChoiceField(
+        choices=["request", "decision", "answer"],
+        help_text="audit format 2: the request (seq 0), a decision per step, the answer (last)",
+    )
     prev_hash = serializers.CharField()
     record_hash = serializers.CharField()
     payload = serializers.CharField(help_text="The exact canonical JSON text that was hashed")

@@ -10,7 +10,7 @@ from rest_framework import serializers
 from decoding import runtime
 from decoding.models import GenerationJob, ModelSpec
 from decoding.prompts import PromptError, prompt_tokenize
-from decoding.selectors import trail_for_job
+from decoding.selectors import job_answer, trail_for_job
 
 MAX_SEED = 2**53 - 1  # seeds travel in canonical JSON, whose integers stop at 2**53 - 1
 MAX_STOP_STRINGS = 4
@@ -151,6 +151,7 @@ class GenerationFilter(serializers.Serializer):
 class GenerationOutput(serializers.Serializer):
     def to_representation(self, job):
         trail = trail_for_job(job)
+        answer = job_answer(job)
         return {
             "id": str(job.id),
             "request_id": job.request_id,
@@ -169,9 +170,9 @@ class GenerationOutput(serializers.Serializer):
                 "draft_length": job.draft_length,
                 "eos_token_id": job.eos_token_id,
             },
-            "output_text": job.output_text,
-            "output_token_ids": job.output_token_ids,
-            "stop_reason": job.stop_reason or None,
+            "output_text": answer.text if answer else "",
+            "output_token_ids": list(answer.token_ids) if answer else [],
+            "stop_reason": answer.stop_reason if answer else None,
             "steps": job.steps,
             "drafted": job.drafted,
             "accepted": job.accepted,
@@ -208,6 +209,7 @@ class DecisionRecordOutput(serializers.Serializer):
     def to_representation(self, record):
         return {
             "seq": record.seq,
+            "kind": record.kind,
             "prev_hash": record.prev_hash,
             "record_hash": record.record_hash,
             "payload": record.payload,  # the exact text that was hashed

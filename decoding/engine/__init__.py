@@ -8,7 +8,7 @@ from .decoder import AuditSink, AuditUnavailable, GenerationResult, SpeculativeD
 from .drafters import Draft, Drafter, DraftModelDrafter, PromptLookupDrafter
 from .params import GenerationParams, GenerationRequest
 from .providers import ModelIdentity, Provider, StubProvider
-from .records import StepRecord
+from .records import StepRecord, params_payload
 from .rng import uniform
 from .schedule import (
     AdaptiveSchedule,
@@ -41,6 +41,7 @@ __all__ = [
     "Provider",
     "SpeculativeDecoder",
     "StepRecord",
+    "params_payload",
     "StubProvider",
     "Tokenizer",
     "measure_verify_cost",

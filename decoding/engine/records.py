@@ -10,7 +10,8 @@ from .providers.base import ModelIdentity
 from .rules import Verdict
 from .sampling import decimal
 
-PAYLOAD_VERSION = 1
+# Format v2 (audit.binding): decisions sit between a trail's request and answer records.
+PAYLOAD_VERSION = 2
 
 
 _HOW_DRAWN = {
@@ -23,6 +24,19 @@ _HOW_DRAWN = {
 
 def _optional_decimal(x: float | None) -> str | None:
     return None if x is None else decimal(x)
+
+
+def params_payload(params: GenerationParams) -> dict[str, Any]:
+    """The generation parameters as every record writes them (floats as decimal strings)."""
+    return {
+        "max_tokens": params.max_tokens,
+        "temperature": decimal(params.temperature),
+        "top_k": params.top_k,
+        "top_p": decimal(params.top_p),
+        "seed": params.seed,
+        "draft_length": params.draft_length,
+        "eos_token_id": params.eos_token_id,
+    }
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,23 +74,16 @@ class StepRecord:
         return self.verdict.accepted_count
 
     def payload(self) -> dict[str, Any]:
-        verdict, params = self.verdict, self.params
+        verdict = self.verdict
         payload = {
             "v": PAYLOAD_VERSION,
+            "kind": "decision",
             "request_id": self.request_id,
             "step": self.step,
             "rule": verdict.rule,
             "draft": self.draft.as_payload(),
             "target": self.target.as_payload(),
-            "params": {
-                "max_tokens": params.max_tokens,
-                "temperature": decimal(params.temperature),
-                "top_k": params.top_k,
-                "top_p": decimal(params.top_p),
-                "seed": params.seed,
-                "draft_length": params.draft_length,
-                "eos_token_id": params.eos_token_id,
-            },
+            "params": params_payload(self.params),
             "context_length": self.context_length,
             "draft_length": self.drafted_count,
             "drafted": [self._drafted(i) for i in range(self.drafted_count)],

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from audit.binding import Answer
 from decoding.models import GenerationJob
-from decoding.selectors import trail_for_job
+from decoding.selectors import job_answer, trail_for_job
 
 # OpenAI has "stop" (a natural end or a stop string) and "length"; a cancelled job ended early
 # on request, which the pathfinder object's status tells apart.
@@ -17,12 +18,12 @@ def completion_id(job: GenerationJob, kind: str) -> str:
     return f"{'cmpl' if kind == COMPLETION else 'chatcmpl'}-{job.id}"
 
 
-def finish_reason(job: GenerationJob) -> str | None:
-    return _FINISH_REASON.get(job.stop_reason) if job.stop_reason else None
+def finish_reason(answer: Answer | None) -> str | None:
+    return _FINISH_REASON.get(answer.stop_reason) if answer else None
 
 
-def usage(job: GenerationJob) -> dict:
-    prompt, completion = len(job.prompt_token_ids), len(job.output_token_ids)
+def usage(job: GenerationJob, answer: Answer | None) -> dict:
+    prompt, completion = len(job.prompt_token_ids), len(answer.token_ids) if answer else 0
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -55,16 +56,18 @@ def _base(job: GenerationJob, kind: str, object_name: str) -> dict:
 
 
 def response(job: GenerationJob, kind: str) -> dict:
+    answer = job_answer(job)
+    text = answer.text if answer else ""
     if kind == COMPLETION:
-        choice = {"index": 0, "text": job.output_text, "logprobs": None}
+        choice = {"index": 0, "text": text, "logprobs": None}
     else:
-        choice = {"index": 0, "message": {"role": "assistant", "content": job.output_text}}
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}}
         choice["logprobs"] = None
-    choice["finish_reason"] = finish_reason(job)
+    choice["finish_reason"] = finish_reason(answer)
     return {
         **_base(job, kind, kind),
         "choices": [choice],
-        "usage": usage(job),
+        "usage": usage(job, answer),
         "pathfinder": pathfinder(job),
     }
 
@@ -79,15 +82,17 @@ def chunk(job: GenerationJob, kind: str, text: str, *, first: bool = False) -> d
     return {**_base(job, kind, "chat.completion.chunk"), "choices": [choice]}
 
 
-def last_chunk(job: GenerationJob, kind: str, text: str, *, first: bool) -> dict:
+def last_chunk(
+    job: GenerationJob, answer: Answer | None, kind: str, text: str, *, first: bool
+) -> dict:
     """The closing chunk: the rest of the text, the finish reason and the audit object."""
     body = chunk(job, kind, text, first=first)
-    body["choices"][0]["finish_reason"] = finish_reason(job)
+    body["choices"][0]["finish_reason"] = finish_reason(answer)
     body["pathfinder"] = pathfinder(job)
     return body
 
 
-def usage_chunk(job: GenerationJob, kind: str) -> dict:
+def usage_chunk(job: GenerationJob, answer: Answer | None, kind: str) -> dict:
     """Sent after the last chunk when stream_options.include_usage asks, as OpenAI does."""
     object_name = COMPLETION if kind == COMPLETION else "chat.completion.chunk"
-    return {**_base(job, kind, object_name), "choices": [], "usage": usage(job)}
+    return {**_base(job, kind, object_name), "choices": [], "usage": usage(job, answer)}

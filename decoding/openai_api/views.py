@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 from decoding import relay, runtime, services
 from decoding.api.serializers import GenerationInput
 from decoding.models import GenerationJob, ModelSpec
+from decoding.selectors import AnswerNotRecorded, job_answer
 from decoding.text import TextStream
 
 from . import shapes
@@ -164,6 +165,20 @@ def _event(body: dict) -> bytes:
     return f"data: {json.dumps(body, default=str)}\n\n".encode()
 
 
+def _closing(job: GenerationJob, kind: str, text: TextStream, rest: str, *, first, usage):
+    """The last chunk (and usage) of a finished job, its final text read from the recorded
+    answer; an error event instead when the row's text is not what was recorded."""
+    try:
+        answer = job_answer(job)
+    except AnswerNotRecorded as exc:
+        yield _event(openai_error(500, str(exc.detail), code="server_error").data)
+        return
+    rest += text.finish(answer.text if answer else "")
+    yield _event(shapes.last_chunk(job, answer, kind, rest, first=first))
+    if usage:
+        yield _event(shapes.usage_chunk(job, answer, kind))
+
+
 def _sse(job: GenerationJob, kind: str, *, include_usage: bool):
     """The stream: a chunk per batch of committed tokens, the last chunk, then [DONE]. A client
     that leaves (or a timeout) cancels the job at its next step boundary."""
@@ -178,11 +193,8 @@ def _sse(job: GenerationJob, kind: str, *, include_usage: bool):
                     error = _failure(ended).data
                     yield _event(error)
                 else:
-                    # Read after the seal: the job row now holds the final text and counts.
-                    rest = text.push(progress.token_ids) + text.finish(ended.output_text)
-                    yield _event(shapes.last_chunk(ended, kind, rest, first=first))
-                    if include_usage:
-                        yield _event(shapes.usage_chunk(ended, kind))
+                    rest = text.push(progress.token_ids)
+                    yield from _closing(ended, kind, text, rest, first=first, usage=include_usage)
                 yield b"data: [DONE]\n\n"
                 done = True
                 return

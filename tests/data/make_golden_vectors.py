@@ -23,6 +23,7 @@ def build() -> dict:
         records.append({"seq": seq, "prev_hash": prev, "record_hash": digest, "payload": text})
         prev = digest
     leaf = chain.ledger_payload(
+        format_version=1,
         trail_id=TRAIL_ID,
         job_id=JOB_ID,
         record_count=len(records),

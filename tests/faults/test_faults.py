@@ -96,7 +96,8 @@ def assert_nothing_lost(stack: FaultStack, job_ids: list[str], timeout: float = 
             token
             for (payload,) in rows(
                 stack,
-                "SELECT payload FROM audit_decisionrecord WHERE trail_id = %s ORDER BY seq",
+                "SELECT payload FROM audit_decisionrecord"
+                " WHERE trail_id = %s AND kind = 'decision' ORDER BY seq",
                 job["trail"],
             )
             for token in json.loads(payload)["emitted"]

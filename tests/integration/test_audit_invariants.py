@@ -8,12 +8,13 @@ from django.core.management import call_command
 from django.db import connection
 
 from audit.models import DecisionRecord, LedgerEntry, Trail, VerificationRun
+from audit.selectors import trail_decisions
 from audit.verification import verify_trails
 from decoding.sinks import BATCH_STEPS
 
 
 def emitted_by_records(trail_id) -> list[int]:
-    records = DecisionRecord.objects.filter(trail_id=trail_id).order_by("seq")
+    records = trail_decisions(trail_id=trail_id)
     return [token for record in records for token in json.loads(record.payload)["emitted"]]
 
 
@@ -39,9 +40,10 @@ def test_eos_ends_the_output_with_the_eos_token(run_job):
 
 @pytest.fixture
 def disk_full_in_the_second_batch():
-    """A real PostgreSQL error on the audit insert path: the INSERT of record BATCH_STEPS + 2
-    fails the way a full tablespace fails (SQLSTATE 53100), so the first batch of records is
-    committed and the second is not. Rolled back with the test."""
+    """A real PostgreSQL error on the audit insert path: the INSERT of record BATCH_STEPS + 1
+    (after the request record and one batch of decisions) fails the way a full tablespace fails
+    (SQLSTATE 53100), so the first batch of records is committed and the second is not. Rolled
+    back with the test."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -69,7 +71,8 @@ def test_a_store_that_cannot_commit_fails_the_job_closed(
     assert "No space left on device" in job.error
     assert job.output_token_ids == []
     # What was committed before the fault still verifies, and the API releases no text.
-    assert DecisionRecord.objects.filter(trail_id=job.trail_id).count() == BATCH_STEPS
+    assert trail_decisions(trail_id=job.trail_id).count() == BATCH_STEPS
+    assert not DecisionRecord.objects.filter(trail_id=job.trail_id, kind="answer").exists()
     assert verify_trails([job.trail_id], scope="test").ok
     body = owner.api.get(f"/api/v1/generations/{job.id}").json()
     assert (body["status"], body["output_token_ids"]) == ("failed", [])
@@ -81,7 +84,10 @@ def test_records_committed_in_batches_chain_exactly_as_one_by_one(run_job):
     assert job.steps > 2 * BATCH_STEPS  # three transactions, the last one partial
     records = list(DecisionRecord.objects.filter(trail_id=job.trail_id).order_by("seq"))
     trail = Trail.objects.get(pk=job.trail_id)
-    assert [r.seq for r in records] == list(range(job.steps)) == list(range(trail.record_count))
+    # The request record, a decision per step, the answer record.
+    assert [r.seq for r in records] == list(range(job.steps + 2))
+    assert len(records) == trail.record_count
+    assert [r.kind for r in records] == ["request"] + ["decision"] * job.steps + ["answer"]
     assert [r.prev_hash for r in records[1:]] == [r.record_hash for r in records[:-1]]
     assert trail.head_hash == records[-1].record_hash
     assert verify_trails([trail.id], scope="test").ok
@@ -92,8 +98,9 @@ def test_verify_chain_reports_intact_as_json_exits_0_and_records_its_run(run_job
     call_command("verify_chain", "--job", str(job.id), "--json")
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is True
-    assert report["records_checked"] == job.steps
-    run = VerificationRun.objects.latest("started_at")
+    assert report["records_checked"] == job.steps + 2  # with the request and the answer
+    assert report["jobs_checked"] == 1
+    run = VerificationRun.objects.latest("id")
     assert (run.ok, run.scope) == (True, f"job {job.id}")
 
     call_command("verify_chain", "--all")

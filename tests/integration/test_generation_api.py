@@ -53,7 +53,8 @@ def test_a_finished_job_reports_output_acceptance_latency_and_its_trail(owner):
     assert body["mean_accepted_length"] == pytest.approx(body["accepted"] / body["steps"], abs=1e-6)
     assert body["latency_ms"] >= 0
     trail = Trail.objects.get(pk=body["trail"]["id"])
-    assert body["trail"]["records"] == trail.record_count == body["steps"]
+    # Its request record, a decision record per step, its answer record.
+    assert body["trail"]["records"] == trail.record_count == body["steps"] + 2
     assert body["trail"]["head_hash"] == trail.head_hash
 
 

@@ -6,7 +6,8 @@ import json
 import pytest
 from django.utils import timezone
 
-from audit.models import DecisionRecord, Trail
+from audit.models import Trail
+from audit.selectors import trail_decisions
 from audit.verification import verify_trails
 from decoding import execution
 from decoding.models import GenerationJob
@@ -78,12 +79,11 @@ def test_a_running_job_stops_at_a_step_boundary_and_seals_its_trail_cancelled(ow
     row = GenerationJob.objects.get(pk=job["id"])
     assert (row.status, row.stop_reason, row.steps) == ("cancelled", "cancelled", 3)
     trail = Trail.objects.get(pk=row.trail_id)
-    assert (trail.status, trail.outcome, trail.record_count) == ("sealed", "cancelled", 3)
+    # The request, three decisions, and the answer as served.
+    assert (trail.status, trail.outcome, trail.record_count) == ("sealed", "cancelled", 5)
     recorded = [
         t
-        for payload in DecisionRecord.objects.filter(trail=trail)
-        .order_by("seq")
-        .values_list("payload", flat=True)
+        for payload in trail_decisions(trail_id=trail.id).values_list("payload", flat=True)
         for t in json.loads(payload)["emitted"]
     ]
     assert row.output_token_ids == recorded

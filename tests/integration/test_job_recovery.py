@@ -9,10 +9,12 @@ import pytest
 from django.utils import timezone
 
 from audit.locks import lock_acquire, run_exclusively
-from audit.models import DecisionRecord, Trail
+from audit.models import Trail
+from audit.selectors import trail_decisions
 from audit.store import trail_append, trail_open, trail_seal
 from audit.verification import verify_trails
-from decoding import execution, services
+from decoding import execution, runtime, services
+from decoding.claims import job_request_payload
 from decoding.execution import LeaseHeld, job_run
 from decoding.models import GenerationJob
 
@@ -36,8 +38,11 @@ def died_mid_decode(job: GenerationJob, *, records: int = 2, lease_left_s: float
     if job.trail_id is not None:
         trail_seal(trail_id=job.trail_id, outcome="abandoned")
     trail = trail_open(job_id=job.id, attempt=job.attempts + 1, previous_id=job.trail_id)
+    models, _ = runtime.models_for(job.model_spec)
+    trail_append(trail_id=trail.id, payload=job_request_payload(job, trail, models))
     for step in range(records):
-        trail_append(trail_id=trail.id, payload={"v": 1, "step": step, "emitted": [5]})
+        decision = {"v": 2, "kind": "decision", "request_id": str(job.id), "step": step}
+        trail_append(trail_id=trail.id, payload={**decision, "params": {}, "emitted": [5]})
     GenerationJob.objects.filter(pk=job.pk).update(
         status="running",
         attempts=job.attempts + 1,
@@ -49,7 +54,7 @@ def died_mid_decode(job: GenerationJob, *, records: int = 2, lease_left_s: float
 
 
 def emitted(trail_id) -> list[int]:
-    payloads = DecisionRecord.objects.filter(trail_id=trail_id).order_by("seq")
+    payloads = trail_decisions(trail_id=trail_id)
     return [t for p in payloads.values_list("payload", flat=True) for t in json.loads(p)["emitted"]]
 
 
@@ -61,7 +66,7 @@ def test_a_job_whose_worker_died_runs_again_as_a_new_linked_attempt(submitted):
     job.refresh_from_db()
     assert (job.status, job.attempts) == ("succeeded", 2)
     old, new = Trail.objects.get(pk=dead.id), Trail.objects.get(pk=job.trail_id)
-    assert (old.status, old.outcome, old.record_count) == ("sealed", "abandoned", 2)
+    assert (old.status, old.outcome, old.record_count) == ("sealed", "abandoned", 3)  # request + 2
     assert (new.attempt, new.previous_id, new.outcome) == (2, dead.id, "succeeded")
     # One output, from the new attempt only.
     assert job.output_token_ids == emitted(new.id)

@@ -20,8 +20,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from audit.log import signing_key
-from audit.models import DecisionRecord
 from audit.offline_verify import verify_bundle
+from audit.selectors import trail_decisions
 from decoding.execution import job_run
 from decoding.models import GenerationJob, Matter, ModelSpec
 from decoding.prompts import Prompt
@@ -102,7 +102,8 @@ def html(response) -> str:
 
 
 def records(job) -> list[dict]:
-    payloads = DecisionRecord.objects.filter(trail_id=job.trail_id).order_by("seq")
+    """The job's decision records (one per step), parsed."""
+    payloads = trail_decisions(trail_id=job.trail_id)
     return [json.loads(payload) for payload in payloads.values_list("payload", flat=True)]
 
 
@@ -507,7 +508,7 @@ def test_export_returns_a_bundle_the_offline_verifier_accepts(run_job, reviewer)
     assert response["Content-Type"] == "application/zip"
     assert f'filename="pathfinder-{job.id}.zip"' in response["Content-Disposition"]
     data = b"".join(response.streaming_content)
-    assert verify_bundle(data, key=signing_key().verifier) == []
+    assert verify_bundle(data, keys=[signing_key().verifier]) == []
     event = CustodyEvent.objects.get(action="export")
     detail = json.loads(event.detail)
     assert detail["sha256"] == hashlib.sha256(data).hexdigest() and detail["bytes"] == len(data)
@@ -544,39 +545,57 @@ def test_notes_show_on_their_step_and_on_the_trail(run_job, reviewer):
     assert beyond.status_code == 400 and "step:" in html(beyond)
 
 
-def test_sign_off_is_refused_until_a_verification_finds_the_trail_intact(run_job, reviewer):
+def test_sign_off_verifies_the_trail_afresh_and_signs_only_an_intact_one(run_job, reviewer):
     job = run_job()
-    refused = reviewer.post(f"/portal/jobs/{job.id}/sign-off", **HTMX)
-    assert refused.status_code == 409
-    assert "Sign-off refused: the trail has never been verified" in html(refused)
-    assert not SignOff.objects.exists()
-    reviewer.post(f"/portal/jobs/{job.id}/verify", **HTMX)
     response = reviewer.post(f"/portal/jobs/{job.id}/sign-off", **HTMX)
     assert response.status_code == 200
     sign_off = SignOff.objects.get()
+    # The sign-off's own verification, run in its own transaction, not an earlier one.
     assert sign_off.verification == TrailVerification.objects.get()
+    assert sign_off.verification.ok and sign_off.verification.checkpoint_size == 1
     body = html(response)
     listed = body.split('<ul id="sign-offs">')[1].split("</ul>")[0]
     assert f"reviewed and verified by rita at {sign_off.at:%Y-%m-%d %H:%M:%S} UTC" in listed
     assert "reviewed and verified by rita" in html(reviewer.get(f"/portal/jobs/{job.id}/"))
 
 
-def test_sign_off_is_refused_when_the_latest_verification_is_broken(run_job, reviewer):
+def test_sign_off_is_refused_when_the_trail_broke_after_an_ok_verification(run_job, reviewer):
     job = run_job()
     reviewer.post(f"/portal/jobs/{job.id}/verify", **HTMX)
+    assert TrailVerification.objects.get().ok
     rogue(
         "audit_decisionrecord",
-        "UPDATE audit_decisionrecord SET payload = replace(payload, '\"v\":1', '\"v\":2')"
-        " WHERE trail_id = %s AND seq = 0",
+        "UPDATE audit_decisionrecord SET payload = replace(payload, '\"step\":0', '\"step\":9')"
+        " WHERE trail_id = %s AND seq = 1",
         [job.trail_id],
     )
-    reviewer.post(f"/portal/jobs/{job.id}/verify", **HTMX)
     response = reviewer.post(f"/portal/jobs/{job.id}/sign-off")  # without JavaScript
     assert response.status_code == 302
     page = html(reviewer.get(response["Location"]))
-    assert "Sign-off refused: the trail&#x27;s latest verification found it broken" in page
-    assert f"trail {job.trail_id} seq 0" in page
+    assert "Sign-off refused: verifying the trail found it broken" in page
+    assert f"trail {job.trail_id} seq 1" in page
     assert not SignOff.objects.exists()
+    assert [v.ok for v in TrailVerification.objects.order_by("id")] == [True, False]
+
+
+def test_an_edited_output_text_fails_verification_and_is_not_served(run_job, reviewer, owner):
+    job = run_job()
+    rogue(
+        "decoding_generationjob",
+        "UPDATE decoding_generationjob SET output_text = 'The contract is void.' WHERE id = %s",
+        [job.id],
+    )
+    reviewer.post(f"/portal/jobs/{job.id}/verify", **HTMX)
+    verification = TrailVerification.objects.get()
+    assert not verification.ok
+    assert "output_text differs from the digest in the answer record" in (
+        verification.first_failure
+    )
+    refused = reviewer.post(f"/portal/jobs/{job.id}/sign-off", **HTMX)
+    assert refused.status_code == 409 and not SignOff.objects.exists()
+    served = owner.api.get(f"/api/v1/generations/{job.id}")
+    assert served.status_code == 500
+    assert "not the recorded answer" in served.json()["error"]["message"]
 
 
 # --- The custody log --------------------------------------------------------------------------
@@ -590,9 +609,11 @@ def test_every_reviewer_action_is_chained_in_the_custody_log(run_job, reviewer):
     b"".join(reviewer.get(f"/portal/jobs/{job.id}/export").streaming_content)
     reviewer.post(f"/portal/jobs/{job.id}/annotations", {"text": "ok", "step": "0"})
     reviewer.post(f"/portal/jobs/{job.id}/sign-off", **HTMX)
-    assert actions() == ["view", "verify", "replay", "export", "annotate", "sign_off"]
+    # A sign-off verifies the trail afresh, and logs that verification first.
+    expected = ["view", "verify", "replay", "export", "annotate", "verify", "sign_off"]
+    assert actions() == expected
     events = list(CustodyEvent.objects.order_by("seq"))
-    assert [event.seq for event in events] == list(range(6))
+    assert [event.seq for event in events] == list(range(7))
     assert all(event.user == reviewer.user for event in events)
     assert all((event.job_id, event.trail_id) == (job.id, job.trail_id) for event in events)
     payload = json.loads(events[1].payload)
@@ -611,9 +632,9 @@ def test_every_reviewer_action_is_chained_in_the_custody_log(run_job, reviewer):
         assert event.event_hash == hashlib.sha256(message).hexdigest()
         prev = event.event_hash
     report = custody_verify()
-    assert report.ok and report.events_checked == 6
+    assert report.ok and report.events_checked == 7
     page = html(reviewer.get("/portal/custody/"))
-    assert page.count('<tr class="custody-event"') == 6 and "chain intact" in page
+    assert page.count('<tr class="custody-event"') == 7 and "chain intact" in page
 
 
 def test_a_rogue_edit_of_a_custody_event_is_named_by_its_seq(run_job, reviewer):

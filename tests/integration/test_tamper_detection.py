@@ -62,7 +62,7 @@ def flip(value: str) -> str:
 
 PROBES = {
     "flip a byte of a payload": (
-        "UPDATE audit_decisionrecord SET payload = replace(payload, '\"step\":2', '\"step\":3')"
+        "UPDATE audit_decisionrecord SET payload = replace(payload, '\"step\":1', '\"step\":3')"
         " WHERE trail_id = %(t)s AND seq = 2",
         2,
     ),

@@ -6,7 +6,7 @@ import json
 import pytest
 from django.core.exceptions import ValidationError
 
-from audit.models import DecisionRecord
+from audit.selectors import trail_decisions
 from audit.verification import verify_trails
 from decoding.execution import job_run
 from decoding.models import GenerationJob, ModelSpec
@@ -25,8 +25,7 @@ def generate(owner, **body) -> GenerationJob:
 
 
 def records_of(job) -> list[dict]:
-    rows = DecisionRecord.objects.filter(trail_id=job.trail_id).order_by("seq")
-    return [json.loads(row.payload) for row in rows]
+    return [json.loads(row.payload) for row in trail_decisions(trail_id=job.trail_id)]
 
 
 def test_a_text_prompt_returns_text_and_every_record_carries_token_texts(owner):

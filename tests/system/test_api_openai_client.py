@@ -56,7 +56,7 @@ def committed_tokens(stack: Stack, job_id: str) -> list[int]:
         rows = db.execute(
             """SELECT r.payload FROM audit_decisionrecord r
                JOIN decoding_generationjob j ON j.trail_id = r.trail_id
-               WHERE j.id = %s ORDER BY r.seq""",
+               WHERE j.id = %s AND r.kind = 'decision' ORDER BY r.seq""",
             [job_id],
         ).fetchall()
     return [token for (payload,) in rows for token in json.loads(payload)["emitted"]]

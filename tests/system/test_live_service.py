@@ -82,7 +82,13 @@ def test_a_job_submitted_over_http_completes_on_a_real_worker_and_verifies(postg
     assert pages == -(-len(records) // 2)
     assert [record["seq"] for record in records] == list(range(len(records)))
     # No token without a committed record: the records' emitted tokens are the output, exactly.
-    emitted = [token for record in records for token in record["decision"]["emitted"]]
+    decisions = [record["decision"] for record in records if record["kind"] == "decision"]
+    assert [record["kind"] for record in records] == [
+        "request",
+        *["decision"] * len(decisions),
+        "answer",
+    ]
+    emitted = [token for decision in decisions for token in decision["emitted"]]
     assert emitted == output
 
     checked = stack.manage("verify_chain", "--job", job_id)
@@ -166,10 +172,10 @@ def test_text_in_text_out_on_the_real_default_model_with_token_texts_in_the_trai
     assert timings["decode_ms"] > 0 and timings["prefill_ms"] > 0 and timings["audit_ms"] >= 0
 
     records, _ = trail_records(stack, stack.url(job["trail"]["url"]), limit=100)
-    pieces = [piece for record in records for piece in record["decision"]["emitted_text"]]
+    decisions = [record["decision"] for record in records if record["kind"] == "decision"]
+    pieces = [piece for decision in decisions for piece in decision["emitted_text"]]
     assert job["output_text"].strip()[:10] in "".join(pieces)
-    for record in records:
-        decision = record["decision"]
+    for decision in decisions:
         assert decision["target"]["runtime"] == "llama.cpp"
         assert len(decision["target"]["sha256"]) == 64
         assert all("text" in drafted for drafted in decision["drafted"])
@@ -237,14 +243,15 @@ TRIGGER_STATES = sql.SQL(
 
 
 def tamper_as_superuser(database_url: str, trail_id: str) -> None:
-    """Rewrite record 1 the way a rogue superuser could: switch the append-only triggers off,
-    edit, and switch them back on exactly as they were, all in one transaction."""
+    """Rewrite record 1 (step 0's decision) the way a rogue superuser could: switch the
+    append-only triggers off, edit, and switch them back on exactly as they were, all in one
+    transaction."""
     with psycopg.connect(database_url) as conn, conn.transaction():
         before = conn.execute(TRIGGER_STATES).fetchall()
         assert ("audit_decisionrecord_no_change", "A") in before, before
         conn.execute("ALTER TABLE audit_decisionrecord DISABLE TRIGGER ALL")
         changed = conn.execute(
-            "UPDATE audit_decisionrecord SET payload = replace(payload, '\"step\":1,', "
+            "UPDATE audit_decisionrecord SET payload = replace(payload, '\"step\":0,', "
             "'\"step\":9,') WHERE trail_id = %s AND seq = 1 RETURNING payload",
             (trail_id,),
         ).fetchall()

@@ -83,7 +83,12 @@ def test_the_ledger_walk_reports_a_broken_entry_by_seq():
     entries, prev = [], chain.ledger_genesis_hash()
     for seq in range(3):
         payload = chain.ledger_payload(
-            trail_id=f"t{seq}", job_id="j", record_count=1, head_hash="h", outcome="succeeded"
+            format_version=1,
+            trail_id=f"t{seq}",
+            job_id="j",
+            record_count=1,
+            head_hash="h",
+            outcome="succeeded",
         )
         digest = chain.ledger_entry_hash(seq, prev, payload)
         entries.append(chain.StoredLedgerEntry(seq, prev, digest, payload))

@@ -3,7 +3,9 @@
 Run it as the tables' owner after `migrate`. The role may read and write the application's
 tables, but on the audit tables it may only read and insert (plus update a trail's head and seal,
 and the periodic-task locks); no UPDATE or DELETE of records, ledger entries, verification runs,
-checkpoints or custody events, and no TRUNCATE anywhere. The triggers stay the second line.
+checkpoints, custody events, verifications or sign-offs, and no TRUNCATE anywhere. It may not
+create TEMP tables either (revoked from PUBLIC on the database), so nothing can shadow the tables
+the triggers read. The triggers stay the second line.
 """
 
 from django.core.management.base import BaseCommand, CommandError
@@ -17,6 +19,8 @@ APPEND_ONLY = [
     "audit_verificationrun",
     "audit_checkpoint",
     "reviewers_custodyevent",
+    "reviewers_trailverification",
+    "reviewers_signoff",
 ]
 # Updated in place through the service layer, never deleted.
 NO_DELETE = ["audit_trail", "audit_tasklock"]
@@ -32,6 +36,7 @@ class Command(BaseCommand):
         if connection.vendor != "postgresql":
             raise CommandError("roles and grants are PostgreSQL's; SQLite has none")
         role = sql.Identifier(options["role"])
+        database = sql.Identifier(connection.settings_dict["NAME"])
         tables = connection.introspection.table_names()
         missing = [t for t in APPEND_ONLY + NO_DELETE if t not in tables]
         if missing:
@@ -51,11 +56,16 @@ class Command(BaseCommand):
             sql.SQL("REVOKE DELETE ON {} FROM {}").format(
                 sql.SQL(", ").join(map(sql.Identifier, NO_DELETE)), role
             ),
+            # Every role gets TEMP through PUBLIC by default; a TEMP table named like an audit
+            # table would be found first by anything that does not pin its search_path.
+            sql.SQL("REVOKE TEMPORARY ON DATABASE {} FROM PUBLIC").format(database),
+            sql.SQL("REVOKE TEMPORARY ON DATABASE {} FROM {}").format(database, role),
         ]
         with connection.cursor() as cursor:
             for statement in statements:
                 cursor.execute(statement)
         self.stdout.write(
             f"Granted {options['role']}: read/write on application tables; SELECT and INSERT "
-            f"only on {', '.join(APPEND_ONLY)}; no DELETE on {', '.join(NO_DELETE)}."
+            f"only on {', '.join(APPEND_ONLY)}; no DELETE on {', '.join(NO_DELETE)}; "
+            "no TEMP tables."
         )

@@ -20,6 +20,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import requests
@@ -55,6 +56,18 @@ def params_refusal(*, temperature: float, top_k: int, top_logprobs: int) -> tupl
     return None
 
 
+def public_url(url: str) -> str:
+    """The URL as a record may name it: without user, password, query or fragment, where
+    credentials (a key in the query, a password in the authority) would otherwise be written
+    into every audit record."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 literal
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
 class RemoteProvider(Provider):
     def __init__(
         self,
@@ -87,7 +100,7 @@ class RemoteProvider(Provider):
             revision=revision,
             sha256=sha256,
             runtime=RUNTIME,
-            runtime_version=f"{base_url} model={model or 'default'}",
+            runtime_version=f"{public_url(base_url)} model={model or 'default'}",
         )
 
     def next_distributions(

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from decoding.execution import job_run
 from decoding.models import GenerationJob, Matter, ModelSpec
 from decoding.prompts import PromptError, prompt_tokenize
+from decoding.selectors import job_answer
 from decoding.services import job_submit
 
 
@@ -67,13 +68,15 @@ class Command(BaseCommand):
             raise CommandError(f"job {job.id} failed: {job.error}")
 
     def _print(self, job: GenerationJob, *, as_json: bool) -> None:
+        answer = job_answer(job)
+        text = answer.text if answer else ""
         summary = {
             "job": str(job.id),
             "trail": str(job.trail_id),
             "model": job.model_spec.name,
             "status": job.status,
-            "output_text": job.output_text,
-            "tokens": len(job.output_token_ids),
+            "output_text": text,
+            "tokens": len(answer.token_ids) if answer else 0,
             "drafted": job.drafted,
             "accepted": job.accepted,
             "acceptance_rate": round(job.acceptance_rate, 4),
@@ -85,7 +88,7 @@ class Command(BaseCommand):
         if as_json:
             self.stdout.write(json.dumps(summary, indent=2))
             return
-        self.stdout.write(job.output_text)
+        self.stdout.write(text)
         self.stdout.write("")
         self.stdout.write(
             f"{summary['tokens']} tokens, {job.accepted}/{job.drafted} drafted accepted "

@@ -15,6 +15,7 @@ from tests.unit.engine.conftest import FakeTokenizer
 
 KEYS = {
     "v",
+    "kind",
     "request_id",
     "step",
     "rule",

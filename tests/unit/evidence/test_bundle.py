@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import io
+import json
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from audit import bundle, chain, checkpoints, merkle, offline_verify
+from audit import binding, bundle, bundle_format, chain, checkpoints, merkle, offline_verify
 from audit.offline_verify import MEMBER_NAMES, check_bundle, verify_bundle
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,10 +34,41 @@ PARAMS = {
 }
 
 
+SALT = "5a" * 32  # the trail's salt (fixed, so the bundle is a fixed byte string)
+QUESTION = binding.Question(
+    given_kind="prompt",
+    given="Quote clause 7 of the lease: ",
+    rendered="Quote clause 7 of the lease: ",
+    token_ids=(4, 5, 6, 7, 8),
+    params={**PARAMS, "stop": ["\n\n"], "stream": False},
+)
+ANSWER_TEXT = "éc ésc"
+
+
+def request_payload() -> str:
+    return chain.canonical_json(
+        binding.request_payload(
+            trail_salt=SALT,
+            job_id=JOB,
+            matter="Doe v. Roe",
+            request_id="client-42",
+            attempt=1,
+            previous_trail=None,
+            model_spec="stub",
+            models={
+                "draft": {**MODEL, "sha256": "a" * 64},
+                "target": {**MODEL, "sha256": "b" * 64},
+            },
+            question=QUESTION,
+        )
+    )
+
+
 def decision_payload(step: int) -> str:
     return chain.canonical_json(
         {
-            "v": 1,
+            "v": 2,
+            "kind": "decision",
             "request_id": JOB,
             "step": step,
             "rule": "speculative-sampling",
@@ -69,37 +101,66 @@ def decision_payload(step: int) -> str:
             "correction": {"token": 3, "text": "c", "kind": "residual", "u": "0.3", "p": "0.2"},
             "emitted": [11 + step, 3],
             "emitted_text": ["é", "c"],
-            "stop": None,
+            "stop": "max_tokens" if step == 1 else None,
             "rationale": "Accepted the first drafted token; resampled the second.",
             "timings_us": {"draft": 10, "verify": 20},
         }
     )
 
 
-def make_trail(trail_id: str, count: int) -> list[tuple[int, str, str, str]]:
+def answer_payload(text: str = ANSWER_TEXT) -> str:
+    answer = binding.Answer(token_ids=(11, 3, 12, 3), text=text, stop_reason="max_tokens")
+    return chain.canonical_json(binding.answer_payload(trail_salt=SALT, answer=answer, steps=2))
+
+
+def chained(trail_id: str, payloads: list[str]) -> list[tuple[int, str, str, str]]:
     records, prev = [], chain.genesis_hash(trail_id)
-    for seq in range(count):
-        payload = decision_payload(seq)
+    for seq, payload in enumerate(payloads):
         digest = chain.record_hash(trail_id, seq, prev, payload)
         records.append((seq, prev, digest, payload))
         prev = digest
     return records
 
 
-def leaf_for(trail_id: str, records) -> str:
+def make_trail(trail_id: str) -> list[tuple[int, str, str, str]]:
+    """A format-v2 trail: the request, two decisions, the answer."""
+    return chained(
+        trail_id, [request_payload(), decision_payload(0), decision_payload(1), answer_payload()]
+    )
+
+
+def disclosed(withheld: tuple[str, ...] = ()) -> bundle.Texts:
+    """The bundle's texts, as audit.export discloses them: each field with its own salt."""
+    texts = {**QUESTION.texts(), binding.ANSWER_TEXT: ANSWER_TEXT}
+    disclosures = {}
+    for name, text in texts.items():
+        if name in withheld:
+            disclosures[name] = {"withheld": True}
+            continue
+        disclosures[name] = {"salt": binding.field_salt(SALT, name)}
+        if name not in (binding.RENDERED, binding.ANSWER_TEXT):
+            disclosures[name]["value"] = json.loads(text)
+    prompt = "" if binding.RENDERED in withheld else QUESTION.rendered
+    answer = "" if binding.ANSWER_TEXT in withheld else ANSWER_TEXT
+    return bundle.Texts(disclosures, prompt, answer)
+
+
+def leaf_for(trail_id: str, records, outcome: str = "succeeded", format_version: int = 2) -> str:
     head = records[-1][2] if records else chain.genesis_hash(trail_id)
     return chain.ledger_payload(
+        format_version=format_version,
         trail_id=trail_id,
         job_id=JOB,
         record_count=len(records),
         head_hash=head,
-        outcome="succeeded",
+        outcome=outcome,
     )
 
 
 def other_leaf(i: int) -> str:
     trail = f"00000000-0000-4000-8000-{i:012d}"
     return chain.ledger_payload(
+        format_version=2,
         trail_id=trail,
         job_id=JOB,
         record_count=i,
@@ -113,30 +174,44 @@ def key():
     return checkpoints.generate_signing_key(ORIGIN)
 
 
-def build(key, *, records=None, sealed=None, checkpoint_size=None, leaf_payload=None, **over):
-    """A realistic bundle: a 3-record trail sealed as entry 4 of a 7-entry ledger.
+def build(
+    key,
+    *,
+    records=None,
+    sealed=None,
+    checkpoint_size=None,
+    leaf_payload=None,
+    outcome="succeeded",
+    format_version=2,
+    **over,
+):
+    """A realistic bundle: a 4-record trail sealed as entry 4 of a 7-entry ledger.
 
     `sealed` are the records the log sealed (default: `records`); `leaf_payload` overrides the
     bundle's ledger leaf (default: the log's entry)."""
     private, verifier = key
-    records = make_trail(TRAIL, 3) if records is None else records
+    records = make_trail(TRAIL) if records is None else records
     payloads = [other_leaf(i) for i in range(7)]
-    payloads[LEAF_INDEX] = leaf_for(TRAIL, records if sealed is None else sealed)
+    payloads[LEAF_INDEX] = leaf_for(
+        TRAIL, records if sealed is None else sealed, outcome, format_version
+    )
     leaves = [p.encode() for p in payloads]
     size = len(leaves) if checkpoint_size is None else checkpoint_size
     note = checkpoints.sign_checkpoint(ORIGIN, size, merkle.root(leaves[:size]), private)
     fields = dict(
         records=records,
         trail_id=TRAIL,
+        format_version=format_version,
         ledger_index=LEAF_INDEX,
         ledger_payload=payloads[LEAF_INDEX] if leaf_payload is None else leaf_payload,
         proof=merkle.inclusion_proof(LEAF_INDEX, leaves),
         tree_size=len(leaves),
         checkpoint_note=note,
         verifier_key=verifier,
+        texts=disclosed() if format_version == 2 else bundle.NO_TEXTS,
         models={"draft": {**MODEL, "sha256": "a" * 64}, "target": {**MODEL, "sha256": "b" * 64}},
         params=PARAMS,
-        verification_text="Verified by Pathfinder: 3 records, 0 failures.\n",
+        verification_text="Verified by Pathfinder: 4 records, 0 failures.\n",
         readme_text="Evidence bundle for one generation.\n\nCertified by: ________\n",
     )
     fields.update(over)
@@ -144,7 +219,7 @@ def build(key, *, records=None, sealed=None, checkpoint_size=None, leaf_payload=
 
 
 def failed_checks(data: bytes, key: str | None = None) -> set[str]:
-    return {c.name for c in check_bundle(data, key=key) if not c.ok}
+    return {c.name for c in check_bundle(data, keys=[key] if key else []) if not c.ok}
 
 
 def test_a_good_bundle_verifies(key, tmp_path, capsys):
@@ -153,8 +228,8 @@ def test_a_good_bundle_verifies(key, tmp_path, capsys):
     digest = bundle.write_bundle(path, **_fields_of(key))
     assert path.read_bytes() == data and digest == hashlib.sha256(data).hexdigest()
     assert verify_bundle(path) == []
-    assert verify_bundle(data, key=key[1]) == []
-    names = [c.name for c in check_bundle(data, key=key[1])]
+    assert verify_bundle(data, keys=[key[1]]) == []
+    names = [c.name for c in check_bundle(data, keys=[key[1]])]
     assert names == [
         "zip container",
         "members",
@@ -163,15 +238,23 @@ def test_a_good_bundle_verifies(key, tmp_path, capsys):
         "ledger leaf",
         "leaf hash",
         "inclusion proof",
+        "question and answer",
         "checkpoint signature",
         "pinned key",
         "descriptive files",
     ]
-    assert offline_verify.main([str(path)]) == 0
+    # Unpinned, it does not say VERIFIED, and exits non-zero unless told that is known.
+    assert offline_verify.main([str(path)]) == offline_verify.EXIT_UNPINNED
     out = capsys.readouterr().out
-    assert "FAIL" not in out and "RESULT: VERIFIED" in out and "No --key given" in out
+    assert "FAIL" not in out and "NOT VERIFIED" in out and "NO LOG KEY PINNED" in out
+    assert offline_verify.main([str(path), "--allow-unpinned"]) == 0
+    out = capsys.readouterr().out
+    assert "NO LOG KEY PINNED" in out and "CONSISTENT BUT UNPINNED" in out
     assert offline_verify.main([str(path), "--key", key[1]]) == 0
-    assert "No --key given" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "NO LOG KEY PINNED" not in out and "RESULT: VERIFIED" in out
+    # It prints the question and the answer it verified.
+    assert "    | Quote clause 7 of the lease: " in out and f"    | {ANSWER_TEXT}" in out
 
 
 def _fields_of(key):
@@ -182,6 +265,7 @@ def _fields_of(key):
 
     chain_doc = json.loads(members["chain.json"])
     leaf = json.loads(members["ledger-leaf.json"])
+    disclosures = json.loads(members["disclosures.json"])
     proof = json.loads(members["inclusion-proof.json"])
     records_text = members["records.jsonl"].decode().split("\n")[:-1]
     return dict(
@@ -190,12 +274,16 @@ def _fields_of(key):
             for r, p in zip(chain_doc["records"], records_text, strict=True)
         ],
         trail_id=chain_doc["trail_id"],
+        format_version=chain_doc["format_version"],
         ledger_index=leaf["index"],
         ledger_payload=leaf["payload"],
         proof=[bytes.fromhex(p) for p in proof["proof"]],
         tree_size=proof["tree_size"],
         checkpoint_note=members["checkpoint.txt"].decode(),
         verifier_key=members["verifier-key.txt"].decode().strip(),
+        texts=bundle.Texts(
+            disclosures, members["prompt.txt"].decode(), members["answer.txt"].decode()
+        ),
         models=json.loads(members["models.json"]),
         params=json.loads(members["params.json"]),
         verification_text=members["verification.txt"].decode(),
@@ -232,14 +320,16 @@ def test_the_zip_is_deterministic_and_has_the_specified_settings(key):
 
 
 def test_the_members_hold_what_the_format_says(key):
-    import json
-
     members = dict(_members(build(key)))
-    records = make_trail(TRAIL, 3)
+    records = make_trail(TRAIL)
     assert members["records.jsonl"] == "".join(p + "\n" for *_, p in records).encode()
     chain_doc = json.loads(members["chain.json"])
     assert chain_doc["genesis_hash"] == chain.genesis_hash(TRAIL)
-    assert chain_doc["head_hash"] == records[-1][2] and chain_doc["record_count"] == 3
+    assert chain_doc["head_hash"] == records[-1][2] and chain_doc["record_count"] == 4
+    assert chain_doc["format_version"] == 2
+    assert members["prompt.txt"] == QUESTION.rendered.encode()
+    assert members["answer.txt"] == ANSWER_TEXT.encode()
+    assert set(json.loads(members["disclosures.json"])) == set(binding.BOUND_FIELDS)
     manifest = members["manifest.json"]
     assert manifest == chain.canonical_json(json.loads(manifest)).encode()
     files = json.loads(manifest)["files"]
@@ -267,8 +357,9 @@ def test_every_single_byte_flip_of_the_zip_fails(key):
 
 
 def test_bytes_set_to_0xff_or_0x00_fail_too(key):
-    """Other changes than a low-bit flip, on every 7th byte of a one-record bundle (for time)."""
-    data = build(key, records=make_trail(TRAIL, 1))
+    """Other changes than a low-bit flip, on every 7th byte of an empty trail's bundle (for
+    time)."""
+    data = build(key, records=[], outcome="failed", texts=bundle.Texts({}))
     for i in range(0, len(data), 7):
         for value in (0x00, 0xFF):
             if data[i] == value:
@@ -290,15 +381,16 @@ def test_truncated_or_extended_zips_fail(key):
 def test_a_wrong_pinned_key_fails(key, tmp_path, capsys):
     data = build(key)
     _, other = checkpoints.generate_signing_key(ORIGIN)
-    failures = verify_bundle(data, key=other)
-    assert any("not the key you pinned" in f for f in failures)
-    assert any("no signature by the key" in f for f in failures)
+    failures = verify_bundle(data, keys=[other])
+    assert any("none of the keys you pinned" in f for f in failures)
     assert failed_checks(data, key=other) == {"pinned key"}
     path = tmp_path / "b.zip"
     path.write_bytes(data)
     assert offline_verify.main([str(path), "--key", other]) == 1
     assert "RESULT: FAILED" in capsys.readouterr().out
-    assert verify_bundle(data, key="not a key")
+    assert verify_bundle(data, keys=["not a key"])
+    # Pinning several keys (a rotated log) accepts a bundle signed by any one of them.
+    assert verify_bundle(data, keys=[other, key[1]]) == []
 
 
 def test_a_bundle_signed_and_keyed_by_someone_else_passes_only_unpinned(key):
@@ -313,7 +405,7 @@ def test_a_checkpoint_for_a_tree_without_the_leaf_fails(key):
     data = build(key, checkpoint_size=LEAF_INDEX)
     assert failed_checks(data) == {"inclusion proof"}
     # Same size, but a tree where entry 4 is another trail's (proof from the bundle's tree).
-    records = make_trail(TRAIL, 3)
+    records = make_trail(TRAIL)
     honest = [other_leaf(i) for i in range(7)]
     honest[LEAF_INDEX] = leaf_for(TRAIL, records)
     private, verifier = key
@@ -326,35 +418,94 @@ def test_a_checkpoint_for_a_tree_without_the_leaf_fails(key):
 
 def test_consistent_repacking_does_not_hide_an_edited_record(key):
     """An editor who rewrites CRCs, hashes and the manifest is still caught by the signed leaf."""
-    records = make_trail(TRAIL, 3)
+    records = make_trail(TRAIL)
     seq, prev, _, payload = records[1]
     edited = payload.replace('"rule":"speculative-sampling"', '"rule":"greedy-argmax"')
     # 1. Edited payload, hashes left alone: the chain breaks.
-    tampered = [records[0], (seq, prev, records[1][2], edited), records[2]]
+    tampered = [records[0], (seq, prev, records[1][2], edited), *records[2:]]
     assert failed_checks(build(key, records=tampered, sealed=records)) == {"records and chain"}
     # 2. The chain re-hashed from there on: the ledger leaf no longer matches the head.
-    rehashed, prev_hash = list(records[:1]), records[0][2]
-    for s, p in [(1, edited), (2, records[2][3])]:
-        digest = chain.record_hash(TRAIL, s, prev_hash, p)
-        rehashed.append((s, prev_hash, digest, p))
-        prev_hash = digest
+    rehashed = chained(TRAIL, [records[0][3], edited, *(r[3] for r in records[2:])])
     assert failed_checks(build(key, records=rehashed, sealed=records)) == {"ledger leaf"}
     # 3. The leaf rewritten to match too: now the leaf is not in the signed tree.
     data = build(key, records=rehashed, sealed=records, leaf_payload=leaf_for(TRAIL, rehashed))
     assert failed_checks(data) == {"inclusion proof"}
-    # 4. A record dropped from the end, everything else consistent with the shorter trail.
-    shorter = records[:2]
+    # 4. The answer dropped from the end, the leaf consistent with the shorter trail: the trail
+    # no longer ends with its answer (whose text answer.txt claims), and the leaf is not the
+    # signed one.
+    shorter = records[:-1]
     data = build(key, records=shorter, sealed=records, leaf_payload=leaf_for(TRAIL, shorter))
-    assert failed_checks(data) == {"inclusion proof"}
+    assert failed_checks(data) == {"ledger leaf", "inclusion proof", "question and answer"}
 
 
 def test_a_non_canonical_payload_is_caught_even_when_its_hashes_match(key):
-    payload = decision_payload(0).replace('"v":1', '"v": 1')
-    genesis = chain.genesis_hash(TRAIL)
-    records = [(0, genesis, chain.record_hash(TRAIL, 0, genesis, payload), payload)]
-    data = build(key, records=records)
-    assert failed_checks(data) == {"records and chain"}
+    records = make_trail(TRAIL)
+    spaced = records[1][3].replace('"v":2', '"v": 2')
+    data = build(key, records=chained(TRAIL, [records[0][3], spaced, *(r[3] for r in records[2:])]))
+    assert "records and chain" in failed_checks(data)
     assert any("canonical" in f for f in verify_bundle(data))
+
+
+def test_an_edited_answer_txt_is_caught_even_with_a_matching_manifest(key):
+    data = build(key, texts=bundle.Texts(disclosed().disclosures, QUESTION.rendered, "Void."))
+    assert failed_checks(data) == {"question and answer"}
+    assert any("answer.text is not the text whose digest" in f for f in verify_bundle(data))
+    # The same with the answer record rewritten to the forged text: the chain and leaf break.
+    records = make_trail(TRAIL)
+    forged = chained(TRAIL, [*(r[3] for r in records[:-1]), answer_payload("Void.")])
+    data = build(
+        key,
+        records=forged,
+        sealed=records,
+        texts=bundle.Texts(disclosed().disclosures, QUESTION.rendered, "Void."),
+    )
+    assert "ledger leaf" in failed_checks(data)
+
+
+def test_a_withheld_text_leaves_the_bundle_verifiable_and_says_so(key, tmp_path, capsys):
+    withheld = (binding.GIVEN, binding.RENDERED, binding.TOKEN_IDS)
+    data = build(key, texts=disclosed(withheld))
+    assert verify_bundle(data, keys=[key[1]]) == []
+    detail = next(c.detail for c in check_bundle(data) if c.name == "question and answer")
+    assert "prompt.rendered withheld" in detail and "answer.text matches its digest" in detail
+    path = tmp_path / "withheld.zip"
+    path.write_bytes(data)
+    assert offline_verify.main([str(path), "--key", key[1]]) == 0
+    assert "QUESTION (prompt.txt, the rendered prompt): (withheld" in capsys.readouterr().out
+    # Declared withheld, yet present: refused.
+    sneaky = bundle.Texts(disclosed(withheld).disclosures, QUESTION.rendered, ANSWER_TEXT)
+    assert failed_checks(build(key, texts=sneaky)) == {"question and answer"}
+
+
+def test_a_v1_trail_still_verifies_and_binds_no_texts(key):
+    v1 = chained(
+        TRAIL, [decision_payload(0).replace('"kind":"decision",', "").replace('"v":2', '"v":1')]
+    )
+    data = build(key, records=v1, format_version=1)
+    assert verify_bundle(data, keys=[key[1]]) == []
+    detail = next(c.detail for c in check_bundle(data) if c.name == "question and answer")
+    assert "binds no question or answer" in detail
+
+
+def test_compressed_or_oversized_members_are_refused_before_they_are_read(key, monkeypatch):
+    # A deflate bomb: 200 MB of zeros in a few hundred kilobytes.
+    bomb = io.BytesIO()
+    with (
+        zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive,
+        archive.open("records.jsonl", "w") as member,
+    ):
+        for _ in range(200):
+            member.write(bytes(1 << 20))
+    assert len(bomb.getvalue()) < 1 << 20
+    started = time.perf_counter()
+    failures = verify_bundle(bomb.getvalue())
+    assert time.perf_counter() - started < 5
+    assert any("is compressed" in f for f in failures)
+    monkeypatch.setattr(offline_verify, "MAX_MEMBER_BYTES", 100)
+    failures = verify_bundle(build(key))
+    assert any("records.jsonl' is over 100 bytes; not read" in f for f in failures)
+    monkeypatch.setattr(offline_verify, "MAX_BUNDLE_BYTES", 100)
+    assert any("over the 100 limit" in f for f in verify_bundle(build(key)))
 
 
 def test_members_missing_extra_or_reordered_are_reported_with_a_valid_manifest(key):
@@ -362,8 +513,8 @@ def test_members_missing_extra_or_reordered_are_reported_with_a_valid_manifest(k
     body = members[:-1]
 
     def repack(parts):
-        manifest = offline_verify.manifest_member([p for p in parts if p[0] != "manifest.json"])
-        return offline_verify.deterministic_zip([*parts, ("manifest.json", manifest)])
+        manifest = bundle_format.manifest_member([p for p in parts if p[0] != "manifest.json"])
+        return bundle_format.deterministic_zip([*parts, ("manifest.json", manifest)])
 
     extra = repack([*body, ("notes.txt", b"hello")])
     assert any("unexpected: 'notes.txt'" in f for f in verify_bundle(extra))
@@ -374,8 +525,11 @@ def test_members_missing_extra_or_reordered_are_reported_with_a_valid_manifest(k
 
 
 def test_an_empty_trail_bundle_verifies(key):
-    data = build(key, records=[])
+    # A job that failed before its request was recorded (its models did not load).
+    data = build(key, records=[], outcome="failed", texts=bundle.Texts({}))
     assert verify_bundle(data) == []
+    # A served trail must end with its answer.
+    assert "ledger leaf" in failed_checks(build(key, records=[], texts=bundle.Texts({})))
 
 
 def test_the_cli_runs_as_a_module(key, tmp_path):
@@ -389,7 +543,7 @@ def test_the_cli_runs_as_a_module(key, tmp_path):
         check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.count("\nOK ") == 10
+    assert run.stdout.count("\nOK ") == 11
     path.write_bytes(build(key)[:-1])
     run = subprocess.run(
         [sys.executable, "-m", "audit.offline_verify", str(path)],
@@ -419,13 +573,19 @@ def test_the_verifier_never_imports_django():
         ("checkpoints", {"cryptography"}),
         ("offline_verify", {"cryptography", "audit"}),
         ("bundle", {"audit"}),
+        ("bundle_format", {"audit"}),
+        ("binding", {"audit"}),
     ],
 )
 def test_the_evidence_modules_import_only_what_they_may(module, allowed):
     tree = ast.parse((ROOT / "audit" / f"{module}.py").read_text())
-    audit_ok = {"audit.chain", "audit.merkle", "audit.checkpoints"}
-    if module == "bundle":
-        audit_ok.add("audit.offline_verify")
+    audit_ok = {
+        "audit.chain",
+        "audit.merkle",
+        "audit.checkpoints",
+        "audit.binding",
+        "audit.bundle_format",
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]

@@ -1,0 +1,308 @@
+"""Audit format v2: a trail binds the question and the answer, not only the decisions.
+
+Pure Python (no Django), like audit.chain, so the offline verifier and the database verifier
+share it. docs/audit-format.md specifies every byte.
+
+A v2 trail's records, in seq order:
+
+    seq 0          kind "request": the request exactly as the model saw it
+    seq 1..n       kind "decision": step s is seq s + 1 (steps count from 0: the RNG's key)
+    seq n + 1      kind "answer": the answer exactly as served (only when one was served)
+
+Texts are bound by salted digest, so a privileged or erased text can be withheld later without
+breaking the chain: each bound field has its own salt, HMAC-SHA256(trail salt, field name), and
+its digest is SHA-256("PF-TEXT-v2" || 0x00 || field salt || 0x00 || UTF-8 text). The trail salt
+is kept beside the trail (never in a record); a bundle discloses the salt of each field it
+discloses, and only those.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass, field
+
+from audit.chain import Failure, canonical_json
+
+FORMAT_VERSION = 2  # the format of trails opened now; v1 trails (decisions only) still verify
+REQUEST, DECISION, ANSWER = "request", "decision", "answer"
+KINDS = (REQUEST, DECISION, ANSWER)
+TEXT_TAG = b"PF-TEXT-v2"
+
+# The bound texts, by field name. Each value is hashed as the UTF-8 of its text form:
+#   prompt.given      canonical JSON of what the caller sent (a string, a messages list, ids)
+#   prompt.rendered   the prompt text that was tokenised ("" when the caller sent token ids)
+#   prompt.token_ids  canonical JSON of the prompt's token ids
+#   answer.text       the output text exactly as served
+GIVEN, RENDERED, TOKEN_IDS, ANSWER_TEXT = (
+    "prompt.given",
+    "prompt.rendered",
+    "prompt.token_ids",
+    "answer.text",
+)
+BOUND_FIELDS = (GIVEN, RENDERED, TOKEN_IDS, ANSWER_TEXT)
+GIVEN_KINDS = ("prompt", "messages", "prompt_token_ids")
+# Stop reasons an answer can carry: the last decision's, or "cancelled" (a step boundary).
+STOP_REASONS = ("eos", "max_tokens", "stop", "cancelled")
+# Trail outcomes whose job served an answer, so the trail must end with an answer record.
+SERVED_OUTCOMES = ("succeeded", "cancelled")
+_HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
+
+
+def new_trail_salt() -> str:
+    """32 random bytes, hex: the secret from which every bound field's salt derives."""
+    return secrets.token_hex(32)
+
+
+def field_salt(trail_salt: str, name: str) -> str:
+    """The salt of one bound field (hex), disclosed with that field's text and no other."""
+    return hmac.new(bytes.fromhex(trail_salt), name.encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def text_digest(salt: str, text: str) -> str:
+    """SHA-256("PF-TEXT-v2" || 0x00 || salt bytes || 0x00 || UTF-8 text), hex."""
+    return hashlib.sha256(
+        TEXT_TAG + b"\x00" + bytes.fromhex(salt) + b"\x00" + text.encode("utf-8")
+    ).hexdigest()
+
+
+def bound_digest(trail_salt: str, name: str, text: str) -> str:
+    return text_digest(field_salt(trail_salt, name), text)
+
+
+@dataclass(frozen=True)
+class Question:
+    """The request as the model saw it. `params` is the canonical dict of every generation
+    parameter (the same form the decision records use, plus the stop strings)."""
+
+    given_kind: str  # one of GIVEN_KINDS
+    given: object  # str, list of messages, or list of token ids
+    rendered: str
+    token_ids: tuple[int, ...]
+    params: dict
+
+    def texts(self) -> dict[str, str]:
+        return {
+            GIVEN: canonical_json(self.given),
+            RENDERED: self.rendered,
+            TOKEN_IDS: canonical_json(list(self.token_ids)),
+        }
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The answer as served: token ids, text and stop reason."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    stop_reason: str
+
+
+def request_payload(
+    *,
+    trail_salt: str,
+    job_id: str,
+    matter: str,
+    request_id: str | None,
+    attempt: int,
+    previous_trail: str | None,
+    model_spec: str,
+    models: dict,
+    question: Question,
+) -> dict:
+    """The payload of a v2 trail's seq-0 record."""
+    texts = question.texts()
+    return {
+        "v": FORMAT_VERSION,
+        "kind": REQUEST,
+        "job": job_id,
+        "matter": matter,
+        "request_id": request_id,
+        "attempt": attempt,
+        "previous_trail": previous_trail,
+        "model_spec": model_spec,
+        "models": models,
+        "params": question.params,
+        "prompt": {
+            "given": question.given_kind,
+            "token_count": len(question.token_ids),
+            "digests": {name: bound_digest(trail_salt, name, texts[name]) for name in texts},
+        },
+    }
+
+
+def answer_payload(*, trail_salt: str, answer: Answer, steps: int) -> dict:
+    """The payload of a v2 trail's last record, written with the job's result."""
+    return {
+        "v": FORMAT_VERSION,
+        "kind": ANSWER,
+        "steps": steps,
+        "output_token_ids": list(answer.token_ids),
+        "output_text_digest": bound_digest(trail_salt, ANSWER_TEXT, answer.text),
+        "stop_reason": answer.stop_reason,
+    }
+
+
+def kind_of(payload: dict) -> str:
+    """A record's kind; v1 records are all decisions and name none."""
+    return payload.get("kind", DECISION) if isinstance(payload, dict) else DECISION
+
+
+@dataclass
+class Contents:
+    """What a walk over one trail's payloads found: its request, answer and emitted tokens, and
+    every way its structure breaks format v2 (or v1)."""
+
+    trail_id: str
+    format_version: int
+    request: dict | None = None
+    answer: dict | None = None
+    decisions: int = 0
+    emitted: list[int] = field(default_factory=list)
+    last_stop: str | None = None
+    failures: list[Failure] = field(default_factory=list)
+    _ended: bool = False
+
+    def fail(self, seq: int | None, reason: str) -> None:
+        self.failures.append(Failure("trail", self.trail_id, seq, reason))
+
+    def observe(self, seq: int, payload: object) -> None:
+        """Take the next record's decoded payload (records in seq order)."""
+        if not isinstance(payload, dict):
+            self.fail(seq, "payload is not a JSON object")
+            return
+        kind = kind_of(payload)
+        if payload.get("v") != self.format_version:
+            self.fail(seq, f"record version {payload.get('v')!r} in a v{self.format_version} trail")
+        if self._ended:
+            self.fail(seq, "a record follows the answer record")
+        if self.format_version == 1:
+            if "kind" in payload:
+                self.fail(seq, "a v1 trail holds only decision records")
+            self._decision(seq, payload, step=seq)
+        elif seq == 0:
+            if kind != REQUEST:
+                self.fail(seq, f"seq 0 of a v2 trail must be the request record, not {kind!r}")
+            else:
+                self.request = payload
+        elif kind == DECISION:
+            self._decision(seq, payload, step=seq - 1)
+        elif kind == ANSWER:
+            self._answer(seq, payload)
+        else:
+            self.fail(seq, f"unexpected {kind!r} record")
+
+    def _decision(self, seq: int, payload: dict, *, step: int) -> None:
+        if payload.get("step") != step:
+            self.fail(seq, f"decision record at seq {seq} says step {payload.get('step')!r}")
+        emitted = payload.get("emitted")
+        if not isinstance(emitted, list):
+            self.fail(seq, "decision record has no emitted tokens")
+        else:
+            self.emitted.extend(emitted)
+        if self.request is not None:
+            if payload.get("request_id") != self.request.get("job"):
+                self.fail(seq, "decision record names another job than the request record")
+            asked = self.request.get("params", {})
+            decided = payload.get("params", {})
+            if any(asked.get(name) != value for name, value in decided.items()):
+                self.fail(seq, "decision record's params differ from the request record's")
+        self.decisions += 1
+        self.last_stop = payload.get("stop")
+
+    def _answer(self, seq: int, payload: dict) -> None:
+        self.answer, self._ended = payload, True
+        if payload.get("output_token_ids") != self.emitted:
+            self.fail(seq, "answer's output_token_ids are not the decisions' emitted tokens")
+        if payload.get("steps") != self.decisions:
+            self.fail(seq, f"answer says {payload.get('steps')!r} steps; {self.decisions} recorded")
+        expected_stop = self.last_stop or "cancelled"
+        if payload.get("stop_reason") != expected_stop:
+            self.fail(
+                seq,
+                f"answer's stop_reason {payload.get('stop_reason')!r} is not the last "
+                f"decision's ({expected_stop!r})",
+            )
+        if not _HEX64.fullmatch(str(payload.get("output_text_digest", ""))):
+            self.fail(seq, "answer's output_text_digest is not a SHA-256 hex digest")
+
+    def finish(self, *, sealed_outcome: str | None) -> list[Failure]:
+        """Failures of the trail as a whole, once every record was observed; `sealed_outcome`
+        is the ledger's outcome, or None while the trail is open."""
+        if self.format_version >= 2 and sealed_outcome in SERVED_OUTCOMES and self.answer is None:
+            self.fail(None, f"trail sealed {sealed_outcome} has no answer record")
+        return self.failures
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the serving side says about one job: the row a verifier checks against the trail
+    the row points at. `answer` is None while the job has served nothing."""
+
+    job_id: str
+    trail_id: str
+    attempt: int
+    matter: str
+    request_id: str | None
+    model_spec: str
+    question: Question
+    answer: Answer | None
+
+
+def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Failure]:
+    """Every field of the job row that its trail does not bind, named."""
+    failures: list[Failure] = []
+
+    def fail(reason: str, seq: int | None = None) -> None:
+        failures.append(Failure("job", claim.trail_id, seq, f"job {claim.job_id}: {reason}"))
+
+    request = contents.request
+    if request is None:
+        # A job that failed before its request was recorded (its models did not load, the
+        # store refused the insert) served nothing and its trail recorded nothing to compare.
+        if claim.answer is not None:
+            fail("it holds an output, but its trail recorded no request", 0)
+        return failures
+    for name, value in (
+        ("job", claim.job_id),
+        ("attempt", claim.attempt),
+        ("matter", claim.matter),
+        ("request_id", claim.request_id),
+        ("model_spec", claim.model_spec),
+        ("params", claim.question.params),
+    ):
+        if request.get(name) != value:
+            fail(f"{name} differs from the trail's request record", 0)
+    prompt = request.get("prompt") or {}
+    if prompt.get("given") != claim.question.given_kind:
+        fail("the prompt's form (text, messages or ids) differs from the request record", 0)
+    digests = prompt.get("digests") or {}
+    for name, text in claim.question.texts().items():
+        if digests.get(name) != bound_digest(trail_salt, name, text):
+            fail(f"{name} differs from the digest in the request record", 0)
+    answer = contents.answer
+    if claim.answer is None:
+        if answer is not None:
+            fail("the trail recorded an answer the job does not hold")
+        return failures
+    if answer is None:
+        fail("the job holds an output its trail never recorded")
+        return failures
+    if list(claim.answer.token_ids) != answer.get("output_token_ids"):
+        fail("output_token_ids differ from the answer record")
+    if bound_digest(trail_salt, ANSWER_TEXT, claim.answer.text) != answer.get("output_text_digest"):
+        fail("output_text differs from the digest in the answer record")
+    if claim.answer.stop_reason != answer.get("stop_reason"):
+        fail("stop_reason differs from the answer record")
+    return failures
+
+
+def text_matches(digest: object, salt: str, text: str) -> bool:
+    return isinstance(digest, str) and hmac.compare_digest(digest, text_digest(salt, text))
+
+
+def decision_seq(format_version: int, step: int) -> int:
+    """The seq of step `step`'s decision record: v2 puts the request record at seq 0."""
+    return step + 1 if format_version >= 2 else step

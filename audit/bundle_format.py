@@ -1,0 +1,130 @@
+"""The evidence bundle's byte layout: member names and order, size limits, the deterministic zip
+packing and the JSON forms. audit.bundle writes bundles with it and audit.offline_verify checks
+them with it, so writer and verifier cannot drift apart. docs/audit-format.md specifies it.
+
+Pure Python (standard library and audit.chain only), like the verifier.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import zipfile
+import zlib
+from collections.abc import Sequence
+
+from audit import chain
+
+BUNDLE_FORMAT_VERSION = 2
+RECORDS = "records.jsonl"
+CHAIN = "chain.json"
+LEDGER_LEAF = "ledger-leaf.json"
+INCLUSION_PROOF = "inclusion-proof.json"
+CHECKPOINT = "checkpoint.txt"
+VERIFIER_KEY = "verifier-key.txt"
+DISCLOSURES = "disclosures.json"
+PROMPT = "prompt.txt"
+ANSWER = "answer.txt"
+MODELS = "models.json"
+PARAMS = "params.json"
+VERIFICATION = "verification.txt"
+README = "README.txt"
+MANIFEST = "manifest.json"
+MEMBER_NAMES = (
+    RECORDS,
+    CHAIN,
+    LEDGER_LEAF,
+    INCLUSION_PROOF,
+    CHECKPOINT,
+    VERIFIER_KEY,
+    DISCLOSURES,
+    PROMPT,
+    ANSWER,
+    MODELS,
+    PARAMS,
+    VERIFICATION,
+    README,
+    MANIFEST,
+)
+# The member that carries each disclosed text (the others travel inside disclosures.json).
+TEXT_MEMBERS = {"prompt.rendered": PROMPT, "answer.text": ANSWER}
+
+# A verifier refuses, before reading it, a bundle larger than this or a member whose stored
+# size is larger, so a hostile bundle costs at most this much memory.
+MAX_BUNDLE_BYTES = 256 * 1024 * 1024
+MAX_MEMBER_BYTES = 64 * 1024 * 1024
+
+# The deterministic packing. These are the values Python's zipfile writes for a ZipInfo with
+# date_time (1980, 1, 1, 0, 0, 0), compress_type ZIP_STORED, create_system 3 and external_attr
+# 0o644 << 16; we write the bytes ourselves so that no library version can change them.
+ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)
+ZIP_EXTERNAL_ATTR = 0o644 << 16
+ZIP_CREATE_SYSTEM = 3  # Unix
+_ZIP_VERSION = 20  # 2.0: stored members, no zip64
+_DOS_TIME = 0  # 00:00:00
+_DOS_DATE = (0 << 9) | (1 << 5) | 1  # 1980-01-01
+_ZIP_LIMIT = (1 << 31) - 1  # beyond this zipfile itself would switch to zip64
+
+
+def deterministic_zip(members: Sequence[tuple[str, bytes]]) -> bytes:
+    """Pack (name, data) pairs, in the order given, into a zip whose bytes depend on nothing else.
+
+    Per member a local file header (version needed 2.0, flags 0, method 0 = stored, DOS time 0 and
+    date 1980-01-01, CRC-32, sizes, the ASCII name, no extra field) then the data; then the
+    central directory (version made by 3 << 8 | 20, same fields, no comment, internal attributes
+    0, external attributes 0o644 << 16, the local header's offset); then the end-of-central-
+    directory record with no comment.
+    """
+    out = bytearray()
+    central = bytearray()
+    names = set()
+    for name, data in members:
+        raw_name = name.encode("ascii")
+        if not raw_name or name in names or len(raw_name) > 0xFFFF:
+            raise ValueError(f"bad or duplicate member name {name!r}")
+        names.add(name)
+        data = bytes(data)
+        if len(data) >= _ZIP_LIMIT or len(out) >= _ZIP_LIMIT:
+            raise ValueError("bundle too large for a zip without zip64")
+        crc = zlib.crc32(data) & 0xFFFFFFFF
+        offset = len(out)
+        common = struct.pack(
+            "<HHHHHIIIH",
+            _ZIP_VERSION,
+            0,
+            zipfile.ZIP_STORED,
+            _DOS_TIME,
+            _DOS_DATE,
+            crc,
+            len(data),
+            len(data),
+            len(raw_name),
+        )
+        out += b"PK\x03\x04" + common + struct.pack("<H", 0) + raw_name + data
+        central += (
+            b"PK\x01\x02"
+            + struct.pack("<BB", _ZIP_VERSION, ZIP_CREATE_SYSTEM)
+            + common
+            + struct.pack("<HHHHII", 0, 0, 0, 0, ZIP_EXTERNAL_ATTR, offset)
+            + raw_name
+        )
+    if len(members) > 0xFFFF or len(out) + len(central) >= _ZIP_LIMIT:
+        raise ValueError("bundle too large for a zip without zip64")
+    eocd = b"PK\x05\x06" + struct.pack(
+        "<HHHHIIH", 0, 0, len(members), len(members), len(central), len(out), 0
+    )
+    return bytes(out + central + eocd)
+
+
+def json_member(value: object) -> bytes:
+    """The form of the bundle's JSON members (all but the manifest): sorted keys, two-space
+    indent, UTF-8, one trailing newline."""
+    text = json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def manifest_member(members: Sequence[tuple[str, bytes]]) -> bytes:
+    """manifest.json: canonical JSON of the SHA-256 of every other member."""
+    files = {name: hashlib.sha256(data).hexdigest() for name, data in members}
+    return chain.canonical_json({"files": files, "format_version": BUNDLE_FORMAT_VERSION}).encode()

@@ -1,0 +1,35 @@
+"""Reads of the audit store that other apps share: a trail's decisions, its request and answer."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from django.db.models import QuerySet
+
+from . import binding
+from .models import DecisionRecord, Trail
+
+
+def trail_decisions(*, trail_id: uuid.UUID) -> QuerySet[DecisionRecord]:
+    """The trail's decision records (one per step), in step order."""
+    return DecisionRecord.objects.filter(
+        trail_id=trail_id, kind=DecisionRecord.Kind.DECISION
+    ).order_by("seq")
+
+
+def trail_decision(*, trail: Trail, step: int) -> dict | None:
+    """Step `step`'s decision payload, or None if the trail has no such step."""
+    record = (
+        trail_decisions(trail_id=trail.id)
+        .filter(seq=binding.decision_seq(trail.format_version, step))
+        .only("payload")
+        .first()
+    )
+    return json.loads(record.payload) if record is not None else None
+
+
+def trail_record_of_kind(*, trail_id: uuid.UUID, kind: str) -> dict | None:
+    """The trail's request or answer payload (v2), or None."""
+    record = DecisionRecord.objects.filter(trail_id=trail_id, kind=kind).only("payload").first()
+    return json.loads(record.payload) if record is not None else None

@@ -1,0 +1,94 @@
+"""What a job row claims, in audit.binding's terms: the question it asked and the answer it
+serves. The worker writes the trail's request and answer records from these, and every verifier
+compares the row with those records, so there is one home for how a job maps onto its trail."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+
+from audit import binding
+from decoding.engine import GenerationParams, params_payload
+from decoding.models import GenerationJob
+from decoding.services import JOB_PARAM_FIELDS
+
+SERVED = (GenerationJob.Status.SUCCEEDED, GenerationJob.Status.CANCELLED)
+
+
+def job_generation_params(job: GenerationJob) -> GenerationParams:
+    return GenerationParams(**{name: getattr(job, name) for name in JOB_PARAM_FIELDS})
+
+
+def job_question(job: GenerationJob) -> binding.Question:
+    """The request as the model saw it: what the caller sent, the text that was tokenised, the
+    token ids, and every generation parameter with the stop strings."""
+    if job.messages is not None:
+        kind, given = "messages", job.messages
+    elif job.prompt_text:
+        kind, given = "prompt", job.prompt_text
+    else:
+        kind, given = "prompt_token_ids", list(job.prompt_token_ids)
+    params = {
+        **params_payload(job_generation_params(job)),
+        "stop": list(job.stop),
+        "stream": job.stream,
+    }
+    return binding.Question(
+        given_kind=kind,
+        given=given,
+        rendered=job.prompt_text,
+        token_ids=tuple(job.prompt_token_ids),
+        params=params,
+    )
+
+
+def job_claim(job: GenerationJob) -> binding.Claim:
+    answer = None
+    if job.status in SERVED:
+        answer = binding.Answer(
+            token_ids=tuple(job.output_token_ids),
+            text=job.output_text,
+            stop_reason=job.stop_reason,
+        )
+    return binding.Claim(
+        job_id=str(job.id),
+        trail_id=str(job.trail_id),
+        attempt=job.attempts,
+        matter=job.matter.name,
+        request_id=job.request_id,
+        model_spec=job.model_spec.name,
+        question=job_question(job),
+        answer=answer,
+    )
+
+
+def job_request_payload(job: GenerationJob, trail, models) -> dict:
+    """The trail's first record: the request as the loaded models will see it."""
+    return binding.request_payload(
+        trail_salt=trail.salt,
+        job_id=str(job.id),
+        matter=job.matter.name,
+        request_id=job.request_id,
+        attempt=trail.attempt,
+        previous_trail=str(trail.previous_id) if trail.previous_id else None,
+        model_spec=job.model_spec.name,
+        models={
+            "draft": models.drafter.identity.as_payload(),
+            "target": models.target.identity.as_payload(),
+        },
+        question=job_question(job),
+    )
+
+
+class JobClaims:
+    """The claims source audit.verification reads (registered in decoding.apps)."""
+
+    def for_trails(self, trail_ids: Collection[str]) -> list[binding.Claim]:
+        jobs = GenerationJob.objects.filter(trail_id__in=list(trail_ids)).select_related(
+            "matter", "model_spec"
+        )
+        return [job_claim(job) for job in jobs.iterator(chunk_size=500)]
+
+    def pointers(self) -> Iterator[tuple[str, str]]:
+        rows = GenerationJob.objects.filter(trail_id__isnull=False).values_list("id", "trail_id")
+        for job_id, trail_id in rows.iterator(chunk_size=2000):
+            yield str(job_id), str(trail_id)
