@@ -31,6 +31,7 @@ from audit.bundle_format import (
     PROMPT,
     README,
     RECORDS,
+    TIMESTAMP,
     VERIFICATION,
     VERIFIER_KEY,
     deterministic_zip,
@@ -65,6 +66,7 @@ def bundle_bytes(
     proof: Sequence[bytes],
     tree_size: int,
     checkpoint_note: str,
+    timestamp_token: bytes | None = None,
     verifier_key: str,
     texts: Texts,
     models: dict,
@@ -109,6 +111,7 @@ def bundle_bytes(
             }
         ),
         CHECKPOINT: checkpoint_note.encode("utf-8"),
+        TIMESTAMP: bytes(timestamp_token or b""),
         VERIFIER_KEY: (verifier_key.strip() + "\n").encode("ascii"),
         DISCLOSURES: json_member(texts.disclosures),
         PROMPT: texts.prompt.encode("utf-8"),

@@ -22,6 +22,7 @@ CHAIN = "chain.json"
 LEDGER_LEAF = "ledger-leaf.json"
 INCLUSION_PROOF = "inclusion-proof.json"
 CHECKPOINT = "checkpoint.txt"
+TIMESTAMP = "checkpoint.tsr"
 VERIFIER_KEY = "verifier-key.txt"
 DISCLOSURES = "disclosures.json"
 PROMPT = "prompt.txt"
@@ -37,6 +38,7 @@ MEMBER_NAMES = (
     LEDGER_LEAF,
     INCLUSION_PROOF,
     CHECKPOINT,
+    TIMESTAMP,
     VERIFIER_KEY,
     DISCLOSURES,
     PROMPT,

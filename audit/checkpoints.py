@@ -21,7 +21,16 @@ golang.org/x/mod/sumdb/note package writes them:
 
 Verification is strict: every byte of the note must be exactly what `sign_checkpoint` writes
 (canonical base64, no leading zeros, no extra or blank lines). Signature lines from other keys
-(witness cosignatures) are allowed after ours if well formed; they are not checked.
+(witness cosignatures) are allowed after ours if well formed; `parse_and_verify` does not check
+them, `cosignatures` does.
+
+Witness cosignatures are C2SP tlog-cosignature v1 (Ed25519): a signature line whose blob is
+key id || 8-byte big-endian POSIX timestamp || Ed25519 signature over
+
+    "cosignature/v1\n" "time <timestamp>\n" <the checkpoint body>
+
+with key id = SHA-256(name || 0x0A || 0x04 || public key)[:4]. A witness's keys are written
+like the log's, with the algorithm byte 0x04 in place of 0x01.
 """
 
 from __future__ import annotations
@@ -39,6 +48,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 ALG_ED25519 = 0x01
+ALG_COSIGNATURE = 0x04  # tlog-cosignature v1, Ed25519 with a timestamp
+COSIGNATURE_HEADER = "cosignature/v1\n"
 SIGNATURE_PREFIX = "\u2014 "  # em dash, space
 ROOT_SIZE = 32
 _MAX_SIGNATURES = 100
@@ -89,36 +100,39 @@ def _check_key_name(name: object) -> str:
     return name
 
 
-def key_id(name: str, public_key: bytes) -> bytes:
-    """The 4-byte signed-note key id of an Ed25519 key."""
-    return hashlib.sha256(
-        name.encode("utf-8") + b"\n" + bytes([ALG_ED25519]) + public_key
-    ).digest()[:4]
+def key_id(name: str, public_key: bytes, alg: int = ALG_ED25519) -> bytes:
+    """The 4-byte signed-note key id of an Ed25519 key of algorithm `alg`."""
+    return hashlib.sha256(name.encode("utf-8") + b"\n" + bytes([alg]) + public_key).digest()[:4]
 
 
 def _raw_public(private: Ed25519PrivateKey) -> bytes:
     return private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
-def _verifier_string(name: str, public_key: bytes) -> str:
-    return f"{name}+{key_id(name, public_key).hex()}+{_b64(bytes([ALG_ED25519]) + public_key)}"
+def _verifier_string(name: str, public_key: bytes, alg: int = ALG_ED25519) -> str:
+    return f"{name}+{key_id(name, public_key, alg).hex()}+{_b64(bytes([alg]) + public_key)}"
 
 
-def generate_signing_key(name: str, seed: bytes | None = None) -> tuple[str, str]:
+def generate_signing_key(
+    name: str, seed: bytes | None = None, *, alg: int = ALG_ED25519
+) -> tuple[str, str]:
     """A new Ed25519 key: (private key string, verifier key string). `seed` (32 bytes) makes it
-    deterministic, for test vectors; leave it out otherwise."""
+    deterministic, for test vectors; leave it out otherwise. `alg` ALG_COSIGNATURE makes a
+    witness's key."""
     _check_key_name(name)
     if seed is None:
         seed = os.urandom(32)
     if len(seed) != 32:
         raise ValueError("an Ed25519 seed is 32 bytes")
     public = _raw_public(Ed25519PrivateKey.from_private_bytes(seed))
-    kid = key_id(name, public).hex()
-    private_str = f"PRIVATE+KEY+{name}+{kid}+{_b64(bytes([ALG_ED25519]) + seed)}"
-    return private_str, _verifier_string(name, public)
+    kid = key_id(name, public, alg).hex()
+    private_str = f"PRIVATE+KEY+{name}+{kid}+{_b64(bytes([alg]) + seed)}"
+    return private_str, _verifier_string(name, public, alg)
 
 
-def _parse_signer(signer_key_str: str) -> tuple[str, bytes, Ed25519PrivateKey]:
+def _parse_signer(
+    signer_key_str: str, alg: int = ALG_ED25519
+) -> tuple[str, bytes, Ed25519PrivateKey]:
     parts = signer_key_str.split("+", 4) if isinstance(signer_key_str, str) else []
     if len(parts) != 5 or parts[0] != "PRIVATE" or parts[1] != "KEY":
         raise CheckpointError("signing key is not of the form PRIVATE+KEY+<name>+<id>+<key>")
@@ -126,22 +140,22 @@ def _parse_signer(signer_key_str: str) -> tuple[str, bytes, Ed25519PrivateKey]:
     if not _KEY_ID_RE.fullmatch(parts[3]):
         raise CheckpointError("signing key id is not 8 lowercase hex digits")
     raw = _b64_strict(parts[4], "signing key")
-    if len(raw) != 33 or raw[0] != ALG_ED25519:
-        raise CheckpointError("signing key is not an Ed25519 key")
+    if len(raw) != 33 or raw[0] != alg:
+        raise CheckpointError(f"signing key is not an Ed25519 key of type {alg:#04x}")
     private = Ed25519PrivateKey.from_private_bytes(raw[1:])
-    kid = key_id(name, _raw_public(private))
+    kid = key_id(name, _raw_public(private), alg)
     if kid.hex() != parts[3]:
         raise CheckpointError("signing key id does not match its name and key")
     return name, kid, private
 
 
-def verifier_key_for(signer_key_str: str) -> str:
+def verifier_key_for(signer_key_str: str, *, alg: int = ALG_ED25519) -> str:
     """The verifier key string that goes with a signing key string."""
-    name, _, private = _parse_signer(signer_key_str)
-    return _verifier_string(name, _raw_public(private))
+    name, _, private = _parse_signer(signer_key_str, alg)
+    return _verifier_string(name, _raw_public(private), alg)
 
 
-def parse_verifier_key(verifier_key_str: str) -> VerifierKey:
+def parse_verifier_key(verifier_key_str: str, *, alg: int = ALG_ED25519) -> VerifierKey:
     parts = verifier_key_str.split("+", 2) if isinstance(verifier_key_str, str) else []
     if len(parts) != 3:
         raise CheckpointError("verifier key is not of the form <name>+<id>+<key>")
@@ -149,10 +163,10 @@ def parse_verifier_key(verifier_key_str: str) -> VerifierKey:
     if not _KEY_ID_RE.fullmatch(parts[1]):
         raise CheckpointError("verifier key id is not 8 lowercase hex digits")
     raw = _b64_strict(parts[2], "verifier key")
-    if len(raw) != 33 or raw[0] != ALG_ED25519:
-        raise CheckpointError("verifier key is not an Ed25519 key")
+    if len(raw) != 33 or raw[0] != alg:
+        raise CheckpointError(f"verifier key is not an Ed25519 key of type {alg:#04x}")
     public = raw[1:]
-    kid = key_id(name, public)
+    kid = key_id(name, public, alg)
     if kid.hex() != parts[1]:
         raise CheckpointError("verifier key id does not match its name and key")
     try:
@@ -239,24 +253,10 @@ def parse_and_verify(note_text: str | bytes, verifier_key_str: str) -> Checkpoin
     key (wrong name or key id), a signature that does not verify, trailing garbage.
     """
     key = parse_verifier_key(verifier_key_str)
-    body, sig_block = _split_note(note_text)
+    body, _ = _split_note(note_text)
     checkpoint = _parse_body(body)
-
-    sig_lines = sig_block[:-1].split("\n")
-    if len(sig_lines) > _MAX_SIGNATURES:
-        raise CheckpointError("note has too many signature lines")
     verified = False
-    for number, line in enumerate(sig_lines, start=1):
-        if not line.startswith(SIGNATURE_PREFIX):
-            raise CheckpointError(f"signature line {number} does not start with '\u2014 '")
-        fields = line[len(SIGNATURE_PREFIX) :].split(" ")
-        if len(fields) != 2:
-            raise CheckpointError(f"signature line {number} is not '\u2014 <name> <signature>'")
-        name, blob_text = fields
-        _check_key_name(name)
-        blob = _b64_strict(blob_text, f"signature on line {number}")
-        if len(blob) < 5:
-            raise CheckpointError(f"signature on line {number} is too short")
+    for name, blob in _signature_lines(note_text):
         if name != key.name or blob[:4] != key.key_id:
             continue  # another signer's (e.g. a witness cosignature); not ours to check
         if len(blob) != 4 + 64:
@@ -277,3 +277,89 @@ def parse_and_verify(note_text: str | bytes, verifier_key_str: str) -> Checkpoin
             "(wrong key name or key id)"
         )
     return checkpoint
+
+
+# ---------------------------------------------------------------------------------------------
+# Witness cosignatures (C2SP tlog-cosignature v1, Ed25519)
+
+
+def note_body(note_text: str) -> str:
+    """The checkpoint body of a note (its lines up to the empty line), after the checks that do
+    not need a key."""
+    body, _ = _split_note(note_text)
+    _parse_body(body)
+    return body
+
+
+def _signature_lines(note_text: str) -> list[tuple[str, bytes]]:
+    """(key name, signature blob) of every signature line, each checked for form."""
+    _, sig_block = _split_note(note_text)
+    lines = sig_block[:-1].split("\n")
+    if len(lines) > _MAX_SIGNATURES:
+        raise CheckpointError("note has too many signature lines")
+    parsed = []
+    for number, line in enumerate(lines, start=1):
+        if not line.startswith(SIGNATURE_PREFIX):
+            raise CheckpointError(f"signature line {number} does not start with '\u2014 '")
+        fields = line[len(SIGNATURE_PREFIX) :].split(" ")
+        if len(fields) != 2:
+            raise CheckpointError(f"signature line {number} is not '\u2014 <name> <signature>'")
+        name = _check_key_name(fields[0])
+        blob = _b64_strict(fields[1], f"signature on line {number}")
+        if len(blob) < 5:
+            raise CheckpointError(f"signature on line {number} is too short")
+        parsed.append((name, blob))
+    return parsed
+
+
+def _cosigned_message(body: str, timestamp: int) -> bytes:
+    return f"{COSIGNATURE_HEADER}time {timestamp}\n{body}".encode()
+
+
+def cosign(note_text: str, witness_key_str: str, timestamp: int) -> str:
+    """A witness's cosignature line (with its newline) over the note's checkpoint body."""
+    if not isinstance(timestamp, int) or not 0 < timestamp < 2**63:
+        raise CheckpointError("a cosignature timestamp is a POSIX time in 1..2^63-1")
+    name, kid, private = _parse_signer(witness_key_str, ALG_COSIGNATURE)
+    signature = private.sign(_cosigned_message(note_body(note_text), timestamp))
+    blob = kid + timestamp.to_bytes(8, "big") + signature
+    return f"{SIGNATURE_PREFIX}{name} {_b64(blob)}\n"
+
+
+def cosignatures(note_text: str, witness_key_strs) -> dict[str, int]:
+    """The pinned witnesses that cosigned the note: verifier key string -> cosignature time.
+
+    A line that names a pinned witness (name and key id) but does not verify, or is not 76
+    bytes, is an error (a malformed note, as the spec says); lines of other keys are ignored.
+    """
+    body = note_body(note_text)
+    lines = _signature_lines(note_text)
+    found: dict[str, int] = {}
+    for key_str in witness_key_strs:
+        key = parse_verifier_key(key_str, alg=ALG_COSIGNATURE)
+        for name, blob in lines:
+            if name != key.name or blob[:4] != key.key_id:
+                continue
+            if len(blob) != 4 + 8 + 64:
+                raise CheckpointError(f"cosignature by {key.name} is not 76 bytes")
+            timestamp = int.from_bytes(blob[4:12], "big")
+            if not 0 < timestamp < 2**63:
+                raise CheckpointError(f"cosignature by {key.name} has no valid timestamp")
+            try:
+                Ed25519PublicKey.from_public_bytes(key.public_key).verify(
+                    blob[12:], _cosigned_message(body, timestamp)
+                )
+            except InvalidSignature as exc:
+                raise CheckpointError(
+                    f"cosignature by {key.name}+{key.key_id.hex()} does not verify"
+                ) from exc
+            found[key_str] = timestamp
+    return found
+
+
+def with_signature_lines(note_text: str, lines) -> str:
+    """The note with these signature lines added after its own (each once)."""
+    _split_note(note_text)
+    present = set(note_text.split("\n"))
+    added = [line for line in lines if line.rstrip("\n") not in present]
+    return note_text + "".join(line if line.endswith("\n") else line + "\n" for line in added)

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from . import binding, bundle, claims
 from .bundle_format import TEXT_MEMBERS
-from .log import inclusion_of, verifier_key
+from .keys import verifier_keys
+from .log import NotYetCovered, inclusion_of
 from .models import DecisionRecord, Trail
 from .selectors import trail_record_of_kind
 from .verification import verify_trails
@@ -45,7 +46,10 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
         .order_by("seq")
         .values_list("seq", "prev_hash", "record_hash", "payload")
     )
-    inclusion = inclusion_of(trail.id)
+    try:
+        inclusion = inclusion_of(trail.id)
+    except NotYetCovered as exc:
+        raise ExportError(str(exc)) from exc
     report = verify_trails([trail.id], scope=f"trail {trail.id}")
     models, params = _described(records)
     verification = "\n".join(report.lines())
@@ -75,7 +79,8 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
         proof=inclusion.proof,
         tree_size=inclusion.checkpoint.tree_size,
         checkpoint_note=inclusion.checkpoint.note,
-        verifier_key=verifier_key(),
+        timestamp_token=inclusion.checkpoint.timestamp_token,
+        verifier_key=verifier_keys()[0],
         texts=_texts(trail, withhold),
         models=models,
         params=params,

@@ -1,57 +1,30 @@
 """The global log: sealed trails' ledger entries as leaves of an RFC 6962 Merkle tree, with
-signed checkpoints of its size and root that are meant to leave the database."""
+signed checkpoints of its size and root that leave the database.
+
+A checkpoint is signed where the signing key is (beat, manage.py checkpoint), sent to the
+witnesses with a consistency proof, timestamped by an RFC 3161 authority when one is set, stored,
+and published outside the database. Everything else only reads checkpoints and verifies them.
+"""
 
 from __future__ import annotations
 
-import os
+import logging
 import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
 
-from . import checkpoints, merkle
+from . import checkpoints, merkle, timestamps, witnessing
+from .keys import signing_key, verify_note
 from .models import Checkpoint, LedgerEntry
+from .publish import publish
+
+logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class SigningKey:
-    private: str  # C2SP signed-note private key string
-    verifier: str  # what auditors pin: name+keyid+base64 public key
-
-
-def signing_key() -> SigningKey:
-    """The deployment's checkpoint key, created (mode 0600) the first time it is needed."""
-    path = settings.PATHFINDER_CHECKPOINT_KEY_FILE
-    if not path.exists():
-        private, verifier = checkpoints.generate_signing_key(settings.PATHFINDER_LOG_ORIGIN)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w", encoding="ascii") as handle:
-            handle.write(f"{private}\n{verifier}\n")
-    private, verifier = path.read_text(encoding="ascii").split()
-    return SigningKey(private, verifier)
-
-
-def verifier_key() -> str:
-    """The log's verifier key, which every check of a checkpoint uses."""
-    return signing_key().verifier
-
-
-def latest_checkpoint(log_size: int, *, covering: int = 0) -> Checkpoint | None:
-    """The newest checkpoint that is validly signed, agrees with its row and is no larger than
-    the log (a row written by hand, or one larger than the log, is never trusted), among those
-    of at least `covering` leaves."""
-    verifier = verifier_key()
-    candidates = Checkpoint.objects.filter(tree_size__gte=covering, tree_size__lte=log_size)
-    for checkpoint in candidates.order_by("-id").iterator(chunk_size=100):
-        try:
-            signed = checkpoints.parse_and_verify(checkpoint.note, verifier)
-        except checkpoints.CheckpointError:
-            continue
-        if (signed.size, signed.root.hex()) == (checkpoint.tree_size, checkpoint.root_hash):
-            return checkpoint
-    return None
+class NotYetCovered(Exception):
+    """No signed checkpoint covers this trail's leaf yet (beat signs one soon after a seal)."""
 
 
 def leaves() -> list[bytes]:
@@ -60,25 +33,149 @@ def leaves() -> list[bytes]:
     return [payload.encode("utf-8") for payload in payloads.iterator(chunk_size=2000)]
 
 
+def latest_checkpoint(log_size: int, *, covering: int = 0) -> Checkpoint | None:
+    """The newest checkpoint that is validly signed, agrees with its row and is no larger than
+    the log (a row written by hand, or one larger than the log, is never trusted), among those
+    of at least `covering` leaves."""
+    candidates = Checkpoint.objects.filter(tree_size__gte=covering, tree_size__lte=log_size)
+    for checkpoint in candidates.order_by("-id").iterator(chunk_size=100):
+        try:
+            signed = verify_note(checkpoint.note)
+        except checkpoints.CheckpointError:
+            continue
+        if (signed.size, signed.root.hex()) == (checkpoint.tree_size, checkpoint.root_hash):
+            return checkpoint
+    return None
+
+
 def checkpoint_create() -> Checkpoint:
-    """Sign the log as it stands. An unchanged log keeps its latest checkpoint."""
-    with transaction.atomic():
+    """Sign the log as it stands, have it cosigned and timestamped, store and publish it. An
+    unchanged log keeps (and re-publishes, if that was missed) its latest checkpoint.
+
+    Raises SigningKeyMissing where there is no key, PublishConflict when another checkpoint of
+    this size was published before (a fork); a witness or authority that is down only lowers
+    what the checkpoint carries, and raises the alert.
+    """
+    size = LedgerEntry.objects.count()
+    latest = latest_checkpoint(size, covering=size)
+    if latest is None:
         all_leaves = leaves()
-        latest = latest_checkpoint(len(all_leaves), covering=len(all_leaves))
-        if latest is not None:
-            return latest
+        size = len(all_leaves)
         root = merkle.root(all_leaves)
         note = checkpoints.sign_checkpoint(
-            settings.PATHFINDER_LOG_ORIGIN, len(all_leaves), root, signing_key().private
+            settings.PATHFINDER_LOG_ORIGIN, size, root, signing_key().private
         )
-        return Checkpoint.objects.create(tree_size=len(all_leaves), root_hash=root.hex(), note=note)
+        note = _cosigned(note, all_leaves)
+        token = _timestamp(note)
+        with transaction.atomic():
+            latest = Checkpoint.objects.create(
+                tree_size=size, root_hash=root.hex(), note=note, timestamp_token=token
+            )
+    publish(latest.tree_size, latest.note, latest.timestamp_token)
+    return latest
+
+
+def configured_witnesses() -> list[witnessing.Witness]:
+    return [witnessing.Witness.parse(spec) for spec in settings.PATHFINDER_WITNESSES]
+
+
+def _cosigned(note: str, all_leaves: list[bytes]) -> str:
+    """The note with every cosignature the configured witnesses gave."""
+    witnesses = configured_witnesses()
+    if not witnesses:
+        return note
+    size = len(all_leaves)
+
+    def proof_from(old_size: int) -> list[bytes] | None:
+        if old_size > size:
+            return None  # the witness saw a larger log than this one: a rollback
+        return merkle.consistency_proof(old_size, all_leaves)
+
+    lines = []
+    for witness in witnesses:
+        answer = witnessing.ask(
+            witness,
+            note,
+            _last_cosigned_size(witness),
+            proof_from,
+            timeout=settings.PATHFINDER_WITNESS_TIMEOUT_S,
+        )
+        if answer.line is None:
+            logger.error(
+                "a witness did not cosign the checkpoint",
+                extra={"witness": witness.name, "size": size, "error": answer.error},
+            )
+        else:
+            lines.append(answer.line)
+    if len(lines) < settings.PATHFINDER_WITNESS_QUORUM:
+        # The alert itself is /readyz and the metric, both read from the stored checkpoint.
+        logger.error(
+            "checkpoint below the witness quorum",
+            extra={
+                "size": size,
+                "cosigned": len(lines),
+                "quorum": settings.PATHFINDER_WITNESS_QUORUM,
+            },
+        )
+    return checkpoints.with_signature_lines(note, lines)
+
+
+def _last_cosigned_size(witness: witnessing.Witness) -> int:
+    """The size of the newest stored checkpoint this witness cosigned (0 if none): where the
+    consistency proof it needs starts. A witness that knows better answers 409 with its own."""
+    for checkpoint in Checkpoint.objects.order_by("-id").only("tree_size", "note")[:50]:
+        try:
+            if checkpoints.cosignatures(checkpoint.note, [witness.verifier]):
+                return checkpoint.tree_size
+        except checkpoints.CheckpointError:
+            continue
+    return 0
+
+
+def _timestamp(note: str) -> bytes | None:
+    if not settings.PATHFINDER_TSA_URL:
+        return None
+    try:
+        return timestamps.timestamp(
+            settings.PATHFINDER_TSA_URL,
+            note.encode("utf-8"),
+            timeout=settings.PATHFINDER_WITNESS_TIMEOUT_S,
+        )
+    except timestamps.TimestampError as exc:
+        logger.error("the checkpoint was not timestamped", extra={"error": str(exc)})
+        return None
+
+
+@dataclass(frozen=True)
+class WitnessStatus:
+    cosigned: int
+    quorum: int
+
+    @property
+    def ok(self) -> bool:
+        return self.cosigned >= self.quorum
+
+
+def witness_status(checkpoint: Checkpoint) -> WitnessStatus:
+    """How many of the configured witnesses cosigned this checkpoint, against the quorum."""
+    keys = [witness.verifier for witness in configured_witnesses()]
+    try:
+        cosigned = len(checkpoints.cosignatures(checkpoint.note, keys)) if keys else 0
+    except checkpoints.CheckpointError:
+        cosigned = 0
+    return WitnessStatus(cosigned, settings.PATHFINDER_WITNESS_QUORUM)
 
 
 def checkpoint_covering(entry: LedgerEntry) -> Checkpoint:
-    """The newest valid checkpoint that covers a sealed leaf, signing one if none does yet."""
-    log_size = LedgerEntry.objects.count()
-    checkpoint = latest_checkpoint(log_size, covering=entry.seq + 1)
-    return checkpoint if checkpoint is not None else checkpoint_create()
+    """The newest valid checkpoint that covers a sealed leaf; NotYetCovered when none does."""
+    checkpoint = latest_checkpoint(LedgerEntry.objects.count(), covering=entry.seq + 1)
+    if checkpoint is None:
+        interval = settings.PATHFINDER_CHECKPOINT_INTERVAL_S
+        raise NotYetCovered(
+            f"trail {entry.trail_id} was sealed after the newest signed checkpoint; beat signs "
+            f"one within PATHFINDER_CHECKPOINT_INTERVAL_S ({interval} s): try again then"
+        )
+    return checkpoint
 
 
 @dataclass(frozen=True)
@@ -90,12 +187,10 @@ class Inclusion:
 
 
 def inclusion_of(trail_id: uuid.UUID) -> Inclusion:
-    """A proof that the trail's sealed leaf is in the latest valid checkpoint (signing a new
-    one when none covers the leaf yet)."""
+    """A proof that the trail's sealed leaf is in the newest valid checkpoint covering it."""
     entry = LedgerEntry.objects.get(trail_id=trail_id)
-    all_leaves = leaves()
     checkpoint = checkpoint_covering(entry)
-    covered = all_leaves[: checkpoint.tree_size]
+    covered = leaves()[: checkpoint.tree_size]
     return Inclusion(
         leaf_index=entry.seq,
         leaf_payload=entry.payload,
@@ -105,15 +200,15 @@ def inclusion_of(trail_id: uuid.UUID) -> Inclusion:
 
 
 def checkpoint_failures(all_leaves: list[bytes]) -> list[str]:
-    """Check every stored checkpoint: its signature, its root against the leaves, and that each
-    is consistent with the one before it (the log only ever grew)."""
+    """Check every stored checkpoint: its signature, its row, its root against the leaves. Two
+    checkpoints whose roots both match the log's prefixes are consistent with each other, so
+    the log only ever grew; the leaves are hashed once for all of them."""
     failures: list[str] = []
-    verifier = verifier_key()
-    previous: Checkpoint | None = None
+    claims = []
     for checkpoint in Checkpoint.objects.order_by("id").iterator():
         label = f"checkpoint {checkpoint.id} (size {checkpoint.tree_size})"
         try:
-            signed = checkpoints.parse_and_verify(checkpoint.note, verifier)
+            signed = verify_note(checkpoint.note)
         except checkpoints.CheckpointError as exc:
             failures.append(f"{label}: {exc}")
             continue
@@ -121,21 +216,10 @@ def checkpoint_failures(all_leaves: list[bytes]) -> list[str]:
             failures.append(f"{label}: the signed note differs from the stored size or root")
         if signed.size > len(all_leaves):
             failures.append(f"{label}: signs {signed.size} leaves, the log has {len(all_leaves)}")
-        elif merkle.root(all_leaves[: signed.size]) != signed.root:
+        else:
+            claims.append((label, signed))
+    roots = merkle.roots_at(all_leaves, [signed.size for _, signed in claims])
+    for label, signed in claims:
+        if roots[signed.size] != signed.root:
             failures.append(f"{label}: the log's leaves no longer hash to the signed root")
-        if previous is not None:
-            if signed.size < previous.tree_size:
-                failures.append(f"{label}: smaller than checkpoint {previous.id}: the log shrank")
-            elif signed.size <= len(all_leaves):
-                proof = merkle.consistency_proof(previous.tree_size, all_leaves[: signed.size])
-                consistent = merkle.verify_consistency(
-                    previous.tree_size,
-                    signed.size,
-                    bytes.fromhex(previous.root_hash),
-                    signed.root,
-                    proof,
-                )
-                if not consistent:
-                    failures.append(f"{label}: not consistent with checkpoint {previous.id}")
-        previous = checkpoint
     return failures

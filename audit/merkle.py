@@ -16,7 +16,7 @@ seq order, so a leaf's index is its ledger seq. Functions that take `leaves` tak
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()
@@ -175,3 +175,35 @@ def verify_consistency(
         fn >>= 1
         sn >>= 1
     return fr == old_root and sr == new_root and sn == 0
+
+
+def roots_at(leaves: Iterable[bytes], sizes: Iterable[int]) -> dict[int, bytes]:
+    """The Merkle Tree Hash of the first `size` leaves, for each size asked, in one pass over
+    the leaves (O(n + k log n), not O(n) per size): the roots of the perfect subtrees seen so
+    far, folded from the right, are the root of the tree of that size. Sizes past the last leaf
+    are left out."""
+    wanted = sorted(set(sizes))
+    found: dict[int, bytes] = {}
+    stack: list[tuple[int, bytes]] = []  # (height, hash) of perfect subtrees, left to right
+    position = 0
+
+    def fold() -> bytes:
+        if not stack:
+            return EMPTY_ROOT
+        root = stack[-1][1]
+        for _, left in reversed(stack[:-1]):
+            root = node_hash(left, root)
+        return root
+
+    while position < len(wanted) and wanted[position] == 0:
+        found[0], position = EMPTY_ROOT, position + 1
+    for count, leaf in enumerate(leaves, start=1):
+        if position == len(wanted):
+            break
+        stack.append((0, leaf_hash(leaf)))
+        while len(stack) > 1 and stack[-1][0] == stack[-2][0]:
+            (height, right), (_, left) = stack.pop(), stack.pop()
+            stack.append((height + 1, node_hash(left, right)))
+        if count == wanted[position]:
+            found[count], position = fold(), position + 1
+    return found

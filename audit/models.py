@@ -130,7 +130,9 @@ class Checkpoint(models.Model):
     id = models.BigAutoField(primary_key=True)
     tree_size = models.PositiveBigIntegerField()
     root_hash = models.CharField(max_length=64)
-    note = models.TextField(help_text="the signed note, exactly as published")
+    note = models.TextField(help_text="the signed note with its cosignatures, as published")
+    # The RFC 3161 timestamp response over the note's bytes (DER), when an authority is set.
+    timestamp_token = models.BinaryField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -1,6 +1,7 @@
 """Verify a Pathfinder evidence bundle offline.
 
     python -m audit.offline_verify BUNDLE.zip --key LOG_VERIFIER_KEY [--key OLDER_KEY ...]
+        [--witness-key WITNESS_KEY ...] [--witness-quorum N] [--tsa-cert TSA_ROOTS.pem]
     python -m audit.offline_verify BUNDLE.zip --allow-unpinned
 
 Imports only the standard library, `cryptography` and the pure modules audit.chain,
@@ -12,7 +13,9 @@ genesis hash of their trail; the chain opens with the request and ends with the 
 v2), and prompt.txt and answer.txt are the texts those records bind (or are declared withheld);
 the ledger leaf seals exactly that trail, record count and head; the leaf is in the global log
 whose root the checkpoint states; and the checkpoint is signed by a log key you pinned with --key
-(obtained out of band: the operator's published key, an earlier export). It exits 0 only then.
+(obtained out of band: the operator's published key, an earlier export), cosigned by the
+quorum of the witnesses you pinned, and timestamped by the authority you pinned. It exits 0
+only then.
 Without a pinned key the signature only shows the bundle is internally consistent, since whoever
 made the bundle also chose the key: it exits 3 unless --allow-unpinned says you know.
 models.json, params.json, verification.txt and README.txt are covered by the manifest only; the
@@ -53,6 +56,7 @@ from audit.bundle_format import (
     README,
     RECORDS,
     TEXT_MEMBERS,
+    TIMESTAMP,
     VERIFICATION,
     VERIFIER_KEY,
     deterministic_zip,
@@ -522,6 +526,39 @@ def _check_signature(b: _Bundle, check: Check, key: str | None) -> checkpoints.C
         return None
 
 
+def _check_witnesses(b: _Bundle, check: Check, keys: Sequence[str], quorum: int) -> None:
+    """The pinned witnesses' cosignatures on checkpoint.txt (C2SP tlog-cosignature v1)."""
+    note = b.text(CHECKPOINT, check)
+    if note is None:
+        return
+    try:
+        found = checkpoints.cosignatures(note, keys)
+    except checkpoints.CheckpointError as exc:
+        check.fail(str(exc))
+        return
+    if len(found) < quorum:
+        check.fail(f"{len(found)} of the pinned witnesses cosigned; the quorum is {quorum}")
+        return
+    names = ", ".join(f"{key.split('+', 1)[0]} at {ts}" for key, ts in found.items())
+    check.detail = f"{len(found)} pinned witness(es) cosigned, quorum {quorum}: {names}"
+
+
+def _check_timestamp(b: _Bundle, check: Check, tsa_pem: bytes) -> None:
+    """checkpoint.tsr is an RFC 3161 timestamp of checkpoint.txt by the pinned authority."""
+    from audit import timestamps  # needs rfc3161-client, so only when a TSA is pinned
+
+    token, note = b.members.get(TIMESTAMP), b.members.get(CHECKPOINT)
+    if not token:
+        check.fail("the bundle carries no timestamp (checkpoint.tsr is empty)")
+        return
+    try:
+        check.detail = (
+            f"checkpoint.txt was timestamped at {timestamps.verify(token, note, tsa_pem)}"
+        )
+    except timestamps.TimestampError as exc:
+        check.fail(str(exc))
+
+
 def _check_descriptive(b: _Bundle, check: Check) -> None:
     for name in (MODELS, PARAMS):
         b.json(name, check)
@@ -562,10 +599,18 @@ class Findings:
         return sum(len(c.failures) for c in self.checks)
 
 
-def inspect_bundle(source: str | Path | bytes, *, keys: Sequence[str] = ()) -> Findings:
+def inspect_bundle(
+    source: str | Path | bytes,
+    *,
+    keys: Sequence[str] = (),
+    witness_keys: Sequence[str] = (),
+    witness_quorum: int | None = None,
+    tsa_pem: bytes | None = None,
+) -> Findings:
     """Every check of a bundle (a path, or the zip's bytes), in order, failures collected, and
     the question and answer it verified. `keys` are the pinned log verifier keys (several when
-    the log's key was rotated)."""
+    the log's key was rotated); `witness_keys` the pinned witnesses, of which `witness_quorum`
+    (default: all) must have cosigned; `tsa_pem` the time-stamping authority's certificates."""
     container = Check("zip container")
     data = _bundle_bytes(source, container)
     if data is None:
@@ -599,17 +644,22 @@ def inspect_bundle(source: str | Path | bytes, *, keys: Sequence[str] = ()) -> F
             pinned.fail("verifier-key.txt is none of the keys you pinned with --key")
         elif bundled is not None and _check_signature(b, pinned, bundled) is not None:
             pinned.detail = "the checkpoint verifies with a pinned key (verifier-key.txt)"
+    if witness_keys:
+        quorum = len(witness_keys) if witness_quorum is None else witness_quorum
+        _check_witnesses(b, b.check("witness cosignatures"), witness_keys, quorum)
+    if tsa_pem is not None:
+        _check_timestamp(b, b.check("timestamp"), tsa_pem)
     _check_descriptive(b, b.check("descriptive files"))
     return Findings(b.checks, b.question, b.answer)
 
 
-def check_bundle(source: str | Path | bytes, *, keys: Sequence[str] = ()) -> list[Check]:
-    return inspect_bundle(source, keys=keys).checks
+def check_bundle(source: str | Path | bytes, **pins) -> list[Check]:
+    return inspect_bundle(source, **pins).checks
 
 
-def verify_bundle(source: str | Path | bytes, *, keys: Sequence[str] = ()) -> list[str]:
+def verify_bundle(source: str | Path | bytes, **pins) -> list[str]:
     """Every failure found in the bundle, as 'check: reason' lines; empty when it verifies."""
-    return [f"{c.name}: {reason}" for c in check_bundle(source, keys=keys) for reason in c.failures]
+    return [f"{c.name}: {reason}" for c in check_bundle(source, **pins) for reason in c.failures]
 
 
 UNPINNED_NOTE = (
@@ -644,12 +694,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         "keys of a rotated log",
     )
     parser.add_argument(
+        "--witness-key",
+        action="append",
+        default=[],
+        help="a witness's verifier key (<name>+<id>+<key>, type 0x04); repeatable",
+    )
+    parser.add_argument(
+        "--witness-quorum",
+        type=int,
+        help="how many pinned witnesses must have cosigned (default: all of them)",
+    )
+    parser.add_argument(
+        "--tsa-cert",
+        type=Path,
+        help="PEM of the time-stamping authority's root (and intermediate) certificates; the "
+        "bundle's RFC 3161 timestamp must verify with it (needs the rfc3161-client package)",
+    )
+    parser.add_argument(
         "--allow-unpinned",
         action="store_true",
         help="exit 0 without a pinned key (the result then proves consistency, not origin)",
     )
     args = parser.parse_args(argv)
-    findings = inspect_bundle(args.bundle, keys=args.key)
+    if args.witness_quorum is not None and not 0 <= args.witness_quorum <= len(args.witness_key):
+        parser.error("--witness-quorum must be between 0 and the number of --witness-key")
+    findings = inspect_bundle(
+        args.bundle,
+        keys=args.key,
+        witness_keys=args.witness_key,
+        witness_quorum=args.witness_quorum,
+        tsa_pem=args.tsa_cert.read_bytes() if args.tsa_cert else None,
+    )
     print(f"Pathfinder evidence bundle {args.bundle}")
     for c in findings.checks:
         if c.ok:
@@ -659,6 +734,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             for reason in c.failures:
                 print(f"        - {reason}")
     print(f"NOTE  {UNSIGNED_FILES_NOTE}")
+    if not args.witness_key:
+        print("NOTE  No --witness-key: witness cosignatures were not checked.")
+    if args.tsa_cert is None:
+        print("NOTE  No --tsa-cert: the RFC 3161 timestamp (checkpoint.tsr) was not checked.")
     if findings.failures:
         s = "s" if findings.failures != 1 else ""
         print(f"RESULT: FAILED ({findings.failures} failure{s})")

@@ -20,9 +20,11 @@ from itertools import groupby
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import binding, chain, checkpoints, claims, merkle
-from .log import checkpoint_failures, latest_checkpoint, verifier_key
+from . import binding, chain, claims, merkle
+from .keys import verify_note
+from .log import checkpoint_failures, latest_checkpoint
 from .models import DecisionRecord, LedgerEntry, Trail, VerificationRun
+from .publish import published_failures
 
 _CHUNK = 2000
 _CLAIM_BATCH = 500  # trails whose job rows are fetched and compared in one query
@@ -148,6 +150,8 @@ def verify_everything(*, progress: Callable[[], None] | None = None) -> Report:
                 chain.Failure("trail", trail_id, 0, "records belong to a trail that does not exist")
             )
         for reason in checkpoint_failures(leaves):
+            report.failures.append(chain.Failure("checkpoint", None, None, reason))
+        for reason in published_failures(leaves, len(leaves)):
             report.failures.append(chain.Failure("checkpoint", None, None, reason))
     return _recorded(report, started)
 
@@ -307,7 +311,7 @@ def _check_inclusion(entry: LedgerEntry, report: Report) -> None:
     if checkpoint is None:
         _note(report, f"no valid signed checkpoint covers trail {trail_id} yet")
         return
-    signed = checkpoints.parse_and_verify(checkpoint.note, verifier_key())
+    signed = verify_note(checkpoint.note)
     included = entry.seq < len(all_leaves) and merkle.verify_inclusion(
         entry.seq,
         signed.size,

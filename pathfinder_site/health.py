@@ -6,6 +6,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
+from audit.log import witness_status
 from audit.models import Checkpoint, VerificationRun
 
 # Seconds to wait for workers to answer.
@@ -13,9 +14,11 @@ WORKER_PING_S = 1.0
 
 
 def readiness() -> dict:
-    """{"ready": bool, "checks": {...}}: ready when the database answers with every migration
-    applied, the broker answers and at least one worker does. The ages of the last successful
-    verification and checkpoint are reported (a fresh installation has neither)."""
+    """{"ready": bool, "checks": {...}, "alerts": [...]}: ready when the database answers with
+    every migration applied, the broker answers and at least one worker does. The ages of the
+    last successful verification and checkpoint are reported (a fresh installation has neither),
+    and `alerts` names audit upkeep that needs a person (a checkpoint below the witness quorum,
+    a broken verification) without taking the service out of rotation."""
     checks = {"database": _database()}
     checks["migrations"] = _migrations() if checks["database"]["ok"] else {"ok": False}
     checks["broker"] = _broker()
@@ -24,7 +27,12 @@ def readiness() -> dict:
         checks["verification"] = _verification()
         checks["checkpoint"] = _checkpoint()
     ready = all(checks[name]["ok"] for name in ("database", "migrations", "broker", "workers"))
-    return {"ready": ready, "checks": checks}
+    alerts = [
+        f"{name}: {checks[name]['alert']}"
+        for name in ("verification", "checkpoint")
+        if name in checks and not checks[name]["ok"]
+    ]
+    return {"ready": ready, "checks": checks, "alerts": alerts}
 
 
 def _error(exc: Exception) -> dict:
@@ -85,17 +93,30 @@ def _age_s(moment) -> float | None:
 def _verification() -> dict:
     last_ok = VerificationRun.objects.filter(ok=True).order_by("-id").first()
     last = VerificationRun.objects.order_by("-id").first()
+    ok = last is None or last.ok
     return {
-        "ok": last is None or last.ok,
+        "ok": ok,
         "last_run_ok": None if last is None else last.ok,
         "last_success_age_s": _age_s(last_ok.finished_at if last_ok else None),
+        **({} if ok else {"alert": "the last verification run found broken links"}),
     }
 
 
 def _checkpoint() -> dict:
-    last = Checkpoint.objects.order_by("-created_at").first()
+    last = Checkpoint.objects.order_by("-id").first()
+    if last is None:
+        return {"ok": True, "tree_size": None, "age_s": None}
+    witnesses = witness_status(last)
     return {
-        "ok": True,
-        "tree_size": None if last is None else last.tree_size,
-        "age_s": _age_s(last.created_at if last else None),
+        "ok": witnesses.ok,
+        "tree_size": last.tree_size,
+        "age_s": _age_s(last.created_at),
+        "cosignatures": witnesses.cosigned,
+        "witness_quorum": witnesses.quorum,
+        "timestamped": last.timestamp_token is not None,
+        **(
+            {}
+            if witnesses.ok
+            else {"alert": f"{witnesses.cosigned} of the {witnesses.quorum} cosignatures needed"}
+        ),
     }

@@ -5,6 +5,7 @@ from django.db.models import Count
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
+from audit.log import witness_status
 from audit.models import Checkpoint, VerificationRun
 from decoding.models import GenerationJob
 
@@ -20,12 +21,23 @@ class DatabaseCollector:
         yield jobs
 
         now = timezone.now()
-        checkpoint = Checkpoint.objects.order_by("-created_at").only("created_at").first()
+        checkpoint = Checkpoint.objects.order_by("-id").first()
         if checkpoint is not None:
             yield GaugeMetricFamily(
                 "pathfinder_checkpoint_age_seconds",
                 "Seconds since the last signed checkpoint",
                 value=(now - checkpoint.created_at).total_seconds(),
+            )
+            witnesses = witness_status(checkpoint)
+            yield GaugeMetricFamily(
+                "pathfinder_checkpoint_cosignatures",
+                "Cosignatures of the configured witnesses on the last checkpoint",
+                value=witnesses.cosigned,
+            )
+            yield GaugeMetricFamily(
+                "pathfinder_checkpoint_witness_quorum_met",
+                "1 if the last checkpoint has the quorum of witness cosignatures (alert on 0)",
+                value=1 if witnesses.ok else 0,
             )
         last = VerificationRun.objects.order_by("-id").only("ok", "finished_at").first()
         if last is not None:

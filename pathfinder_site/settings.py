@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from .env import env_bool, env_float, env_int, env_list, env_str
 
@@ -166,11 +167,35 @@ CACHES = {
 # --- The global log's signed checkpoints ---------------------------------------------------------
 # The log's name inside every checkpoint; make it unique to this deployment.
 PATHFINDER_LOG_ORIGIN = env_str("PATHFINDER_LOG_ORIGIN", "pathfinder.local/audit-log")
-# Ed25519 signing key (C2SP signed-note strings); created on first use when the file is missing.
+# The Ed25519 signing key (C2SP signed-note strings). Only where checkpoints are signed (beat,
+# manage.py checkpoint); a missing file fails closed (manage.py bootstrap_local makes one).
 PATHFINDER_CHECKPOINT_KEY_FILE = Path(
     env_str("PATHFINDER_CHECKPOINT_KEY_FILE", str(VAR_DIR / "checkpoint-signing.key"))
 )
-PATHFINDER_CHECKPOINT_INTERVAL_S = env_int("PATHFINDER_CHECKPOINT_INTERVAL_S", 3600, minimum=10)
+# What every other host verifies with: the log's verifier key, then any retired ones, comma
+# separated. Empty: derived from the key file (one host holding both, as the embedded default).
+PATHFINDER_CHECKPOINT_VERIFIER_KEY = env_list("PATHFINDER_CHECKPOINT_VERIFIER_KEY", "")
+# Beat signs a checkpoint this often when the log grew, so a sealed trail soon has one to export.
+PATHFINDER_CHECKPOINT_INTERVAL_S = env_int("PATHFINDER_CHECKPOINT_INTERVAL_S", 60, minimum=10)
+# Every signed checkpoint is written here once its witnesses answered, one file per tree size,
+# never overwritten. In production, a write-once store (object lock) the database cannot touch.
+PATHFINDER_CHECKPOINT_PUBLISH_DIR = Path(
+    env_str("PATHFINDER_CHECKPOINT_PUBLISH_DIR", str(VAR_DIR / "published-checkpoints"))
+)
+# Witnesses (C2SP tlog-witness) asked to cosign each checkpoint: VERIFIER_KEY@URL, comma separated.
+PATHFINDER_WITNESSES = env_list("PATHFINDER_WITNESSES", "")
+# How many must cosign; fewer raises the alert (metric and /readyz). Default: all of them.
+PATHFINDER_WITNESS_QUORUM = env_int(
+    "PATHFINDER_WITNESS_QUORUM", len(PATHFINDER_WITNESSES), minimum=0
+)
+if len(PATHFINDER_WITNESSES) < PATHFINDER_WITNESS_QUORUM:
+    raise ImproperlyConfigured(
+        f"PATHFINDER_WITNESS_QUORUM is {PATHFINDER_WITNESS_QUORUM}, but only "
+        f"{len(PATHFINDER_WITNESSES)} witnesses are configured"
+    )
+PATHFINDER_WITNESS_TIMEOUT_S = env_float("PATHFINDER_WITNESS_TIMEOUT_S", 10.0)
+# An RFC 3161 time-stamping authority for every checkpoint; empty: none.
+PATHFINDER_TSA_URL = env_str("PATHFINDER_TSA_URL", "")
 
 # --- Celery: Redis in production, kombu's filesystem transport for the embedded default ----------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")

@@ -14,7 +14,6 @@ from django.utils import timezone
 
 from audit.chain import Failure, canonical_json
 from audit.export import ExportError, trail_export
-from audit.log import checkpoint_covering
 from audit.models import LedgerEntry
 from audit.verification import verify_trails
 from decoding.models import GenerationJob, Matter, Replay
@@ -83,17 +82,24 @@ def trail_view_record(*, user, job: GenerationJob, step: int | None) -> CustodyE
 def trail_verify(*, user, job: GenerationJob) -> TrailVerification:
     """Verify the job's trail with audit's one verification (chain, request and answer, the
     job row, the ledger leaf, inclusion under a signed checkpoint); store the verdict and log
-    it. A sealed trail no checkpoint covers yet gets one signed first."""
+    it. A reviewer's verification also needs the inclusion proven: a trail sealed after the
+    newest checkpoint is not verified until beat has signed one."""
     if job.trail_id is None:
         raise PortalRefusal("this job has no audit trail yet: there is nothing to verify")
-    entry = LedgerEntry.objects.filter(trail_id=job.trail_id).first()
-    if entry is not None:
-        checkpoint_covering(entry)
     report = verify_trails([job.trail_id], scope=f"trail {job.trail_id} (portal)")
     failures = list(report.failures)
-    if entry is None:
+    trail = str(job.trail_id)
+    if not LedgerEntry.objects.filter(trail_id=job.trail_id).exists():
+        failures.append(Failure("ledger", trail, None, "the trail is not sealed into the log"))
+    elif report.checkpoint_size is None:
         failures.append(
-            Failure("ledger", str(job.trail_id), None, "the trail is not sealed into the log")
+            Failure(
+                "checkpoint",
+                trail,
+                None,
+                "no signed checkpoint covers the trail yet; beat "
+                "signs one within a minute or so: verify again then",
+            )
         )
     with transaction.atomic():
         verification = TrailVerification.objects.create(

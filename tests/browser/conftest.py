@@ -134,7 +134,11 @@ def portal(tmp_path_factory) -> Iterator[Portal]:
         log_dir=log_dir,
     )
     try:
-        for args in (("migrate", "--noinput"), ("collectstatic", "--noinput", "--verbosity", "0")):
+        for args in (
+            ("migrate", "--noinput"),
+            ("collectstatic", "--noinput", "--verbosity", "0"),
+            ("bootstrap_local",),  # the signing key: this stack signs its own checkpoints
+        ):
             completed = stack.manage(*args)
             assert completed.returncode == 0, describe(completed)
         stack.api_key = last_line(stack.manage("create_api_key", "--matter", MATTER, "app"))
@@ -145,8 +149,7 @@ def portal(tmp_path_factory) -> Iterator[Portal]:
             created = stack.manage(
                 "create_reviewer",
                 reviewer.username,
-                "--password",
-                reviewer.password,
+                f"--password={reviewer.password}",  # a password may start with "-"
                 "--matter",
                 reviewer.matter,
             )
@@ -182,6 +185,9 @@ def portal(tmp_path_factory) -> Iterator[Portal]:
             )
         }
         portal.jobs = _wait_for_all(stack, pending)
+        # What beat does within a minute of the seals: a checkpoint that covers every trail.
+        signed = stack.manage("checkpoint")
+        assert signed.returncode == 0, describe(signed)
         yield portal
     finally:
         stop_all(portal.processes)

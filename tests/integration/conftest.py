@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 from rest_framework.test import APIClient
 
+from audit.keys import signing_key_create
 from decoding.execution import job_run
 from decoding.models import GenerationJob, ModelSpec
 from decoding.prompts import Prompt
@@ -27,6 +28,25 @@ def stub_model_by_default(settings):
     """Requests that name no model get the stub pair: these tests are about the service, and
     tests/models covers the real weights."""
     settings.PATHFINDER_DEFAULT_MODEL = "stub"
+
+
+@pytest.fixture(autouse=True)
+def signing_host(settings, tmp_path):
+    """Each test signs checkpoints with a key of its own and publishes them to a directory of
+    its own, as the host that runs beat does."""
+    settings.PATHFINDER_CHECKPOINT_KEY_FILE = tmp_path / "signing.key"
+    settings.PATHFINDER_CHECKPOINT_PUBLISH_DIR = tmp_path / "published"
+    key, _ = signing_key_create()
+    return key
+
+
+@pytest.fixture
+def beat(signing_host):
+    """What Celery beat does within PATHFINDER_CHECKPOINT_INTERVAL_S of a seal: sign (and
+    publish) a checkpoint of the log, so sealed trails can be proven and exported."""
+    from audit.log import checkpoint_create
+
+    return checkpoint_create
 
 
 @pytest.fixture

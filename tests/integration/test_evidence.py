@@ -5,19 +5,14 @@ import subprocess
 import sys
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from audit import checkpoints
-from audit.log import checkpoint_create, signing_key
+from audit.keys import signing_key
+from audit.log import checkpoint_create
 from audit.models import Checkpoint
 from audit.verification import verify_everything
-
-
-@pytest.fixture(autouse=True)
-def key_file(settings, tmp_path):
-    settings.PATHFINDER_CHECKPOINT_KEY_FILE = tmp_path / "signing.key"
-    return settings.PATHFINDER_CHECKPOINT_KEY_FILE
 
 
 def rogue(sql, params=None):
@@ -37,14 +32,14 @@ def offline_verify(path, *extra) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_checkpoint_signs_the_log_and_is_kept_while_the_log_is_unchanged(run_job, key_file):
+def test_a_checkpoint_signs_the_log_and_is_kept_while_the_log_is_unchanged(run_job, settings):
     run_job()
     run_job(prompt=(4, 5))
     first = checkpoint_create()
     assert first.tree_size == 2
     signed = checkpoints.parse_and_verify(first.note, signing_key().verifier)
     assert (signed.size, signed.root.hex()) == (2, first.root_hash)
-    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert settings.PATHFINDER_CHECKPOINT_KEY_FILE.stat().st_mode & 0o777 == 0o600
     assert checkpoint_create() == first
     run_job(prompt=(6,))
     assert checkpoint_create().tree_size == 3
@@ -78,10 +73,13 @@ def test_the_checkpoint_command_writes_the_note_to_a_directory(run_job, tmp_path
     assert written.read_text() == Checkpoint.objects.get().note
 
 
-def test_an_exported_bundle_verifies_offline_and_any_changed_byte_fails(run_job, tmp_path):
+def test_an_exported_bundle_verifies_offline_and_any_changed_byte_fails(run_job, tmp_path, beat):
     job = run_job(max_tokens=20)
     run_job(prompt=(9, 9))  # another trail in the log: the proof must not need it
     bundle = tmp_path / "evidence.zip"
+    with pytest.raises(CommandError, match="sealed after the newest signed checkpoint"):
+        call_command("export_trail", "--job", str(job.id), "--out", str(bundle))
+    beat()
     call_command("export_trail", "--job", str(job.id), "--out", str(bundle))
 
     checked = offline_verify(bundle, "--key", signing_key().verifier)

@@ -19,7 +19,7 @@ from django.db import DatabaseError, connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from audit.log import signing_key
+from audit.keys import signing_key
 from audit.offline_verify import verify_bundle
 from audit.selectors import trail_decisions
 from decoding.execution import job_run
@@ -35,12 +35,6 @@ from .conftest import JOB_DEFAULTS
 
 User = get_user_model()
 HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture(autouse=True)
-def key_file(settings, tmp_path):
-    settings.PATHFINDER_CHECKPOINT_KEY_FILE = tmp_path / "signing.key"
-    return settings.PATHFINDER_CHECKPOINT_KEY_FILE
 
 
 @pytest.fixture
@@ -230,10 +224,11 @@ def test_create_reviewer_creates_and_then_updates_a_reviewer(owner, fast_passwor
 
 
 def test_the_list_filters_by_matter_date_model_status_verification_and_search(
-    run_job, owner, reviewer
+    run_job, owner, reviewer, beat
 ):
     plain = run_job(request_id="disc-2024-001")
     other = run_job(prompt=(9, 8), request_id="disc-2024-002")
+    beat()
     queued, _ = job_submit(
         matter=owner.key.matter,
         api_key=owner.key,
@@ -400,14 +395,19 @@ def test_step_navigation_swaps_the_panel_and_pushes_the_page_url(run_job, review
 # --- Verify -----------------------------------------------------------------------------------
 
 
-def test_verify_checks_the_chain_and_the_signed_inclusion(run_job, run_other_job, reviewer):
+def test_verify_checks_the_chain_and_the_signed_inclusion(run_job, run_other_job, reviewer, beat):
     run_other_job()  # another leaf in the log
     job = run_job()
+    # Sealed after the newest checkpoint: not verified until beat signs one that covers it.
+    pending = reviewer.post(f"/portal/jobs/{job.id}/verify", **HTMX)
+    assert "no signed checkpoint covers the trail yet" in html(pending)
+    assert not TrailVerification.objects.get().ok
+    beat()
     response = reviewer.post(f"/portal/jobs/{job.id}/verify", **HTMX)
     assert response.status_code == 200
     body = html(response).lstrip()
     assert body.startswith('<div id="verification"') and "Verified" in body
-    verification = TrailVerification.objects.get()
+    verification = TrailVerification.objects.order_by("-id").first()
     assert verification.ok and verification.first_failure == ""
     assert (verification.job, verification.trail_id) == (job, job.trail_id)
     assert verification.user == reviewer.user and verification.checkpoint_size == 2
@@ -501,8 +501,9 @@ def test_a_job_without_a_trail_cannot_be_replayed_or_verified(owner, reviewer):
 # --- Export -----------------------------------------------------------------------------------
 
 
-def test_export_returns_a_bundle_the_offline_verifier_accepts(run_job, reviewer):
+def test_export_returns_a_bundle_the_offline_verifier_accepts(run_job, reviewer, beat):
     job = run_job(max_tokens=20)
+    beat()
     response = reviewer.get(f"/portal/jobs/{job.id}/export")
     assert response.status_code == 200
     assert response["Content-Type"] == "application/zip"
@@ -545,8 +546,9 @@ def test_notes_show_on_their_step_and_on_the_trail(run_job, reviewer):
     assert beyond.status_code == 400 and "step:" in html(beyond)
 
 
-def test_sign_off_verifies_the_trail_afresh_and_signs_only_an_intact_one(run_job, reviewer):
+def test_sign_off_verifies_the_trail_afresh_and_signs_only_an_intact_one(run_job, reviewer, beat):
     job = run_job()
+    beat()
     response = reviewer.post(f"/portal/jobs/{job.id}/sign-off", **HTMX)
     assert response.status_code == 200
     sign_off = SignOff.objects.get()
@@ -559,8 +561,9 @@ def test_sign_off_verifies_the_trail_afresh_and_signs_only_an_intact_one(run_job
     assert "reviewed and verified by rita" in html(reviewer.get(f"/portal/jobs/{job.id}/"))
 
 
-def test_sign_off_is_refused_when_the_trail_broke_after_an_ok_verification(run_job, reviewer):
+def test_sign_off_is_refused_when_the_trail_broke_after_an_ok_verification(run_job, reviewer, beat):
     job = run_job()
+    beat()
     reviewer.post(f"/portal/jobs/{job.id}/verify", **HTMX)
     assert TrailVerification.objects.get().ok
     rogue(
@@ -601,8 +604,9 @@ def test_an_edited_output_text_fails_verification_and_is_not_served(run_job, rev
 # --- The custody log --------------------------------------------------------------------------
 
 
-def test_every_reviewer_action_is_chained_in_the_custody_log(run_job, reviewer):
+def test_every_reviewer_action_is_chained_in_the_custody_log(run_job, reviewer, beat):
     job = run_job(max_tokens=20)
+    beat()
     reviewer.get(f"/portal/jobs/{job.id}/?step=1")
     reviewer.post(f"/portal/jobs/{job.id}/verify", **HTMX)
     reviewer.post(f"/portal/jobs/{job.id}/replay", **HTMX)

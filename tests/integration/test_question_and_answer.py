@@ -17,7 +17,8 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from audit import binding, checkpoints
-from audit.log import checkpoint_create, latest_checkpoint, signing_key
+from audit.keys import signing_key
+from audit.log import checkpoint_create, latest_checkpoint
 from audit.models import Checkpoint, DecisionRecord, LedgerEntry, Trail, VerificationRun
 from audit.selectors import trail_record_of_kind
 from audit.verification import verify_everything, verify_trails
@@ -25,11 +26,6 @@ from decoding.claims import job_question
 
 APP_ROLE = "pathfinder_app_test"
 TEXT_MODEL = "smollm2-135m-instruct"
-
-
-@pytest.fixture(autouse=True)
-def key_file(settings, tmp_path):
-    settings.PATHFINDER_CHECKPOINT_KEY_FILE = tmp_path / "signing.key"
 
 
 @pytest.fixture
@@ -246,8 +242,9 @@ def test_a_verification_run_is_latest_by_the_order_the_database_gave(run_job):
     assert runs[0].id > runs[1].id  # newest first, by id, whatever started_at says
 
 
-def test_an_export_can_withhold_the_prompt_and_still_verifies_offline(run_job, tmp_path):
+def test_an_export_can_withhold_the_prompt_and_still_verifies_offline(run_job, tmp_path, beat):
     job = run_job(max_tokens=10)
+    beat()
     path = tmp_path / "withheld.zip"
     call_command(
         "export_trail",

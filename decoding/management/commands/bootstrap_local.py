@@ -1,11 +1,14 @@
-"""First-run setup for the embedded default: a local admin user and an API key, printed."""
+"""First-run setup for the embedded default: the log's signing key, a local admin user and an
+API key, printed."""
 
 import os
 import secrets
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from audit.keys import signing_key_create
 from decoding.services import api_key_create
 
 
@@ -13,6 +16,15 @@ class Command(BaseCommand):
     help = "Create a local admin user and a fresh API key for the 'local' matter (for make run)."
 
     def handle(self, *args, **options):
+        key, made = signing_key_create()
+        if made:
+            self.stdout.write(
+                f"Created the checkpoint signing key {settings.PATHFINDER_CHECKPOINT_KEY_FILE} "
+                "(mode 0600; back it up offline). Its verifier key, for examiners:"
+            )
+        else:
+            self.stdout.write("Checkpoint verifier key:")
+        self.stdout.write(f"  {key.verifier}")
         user_model = get_user_model()
         username = os.environ.get("PATHFINDER_ADMIN_USER", "admin")
         if not user_model.objects.filter(username=username).exists():

@@ -1,0 +1,75 @@
+"""The log's checkpoint keys: the private signing key lives only where checkpoints are signed;
+every other host verifies with the verifier key(s) it is given."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from . import checkpoints
+
+
+class SigningKeyMissing(Exception):
+    """No signing key where one is needed: checkpoints are not signed (fail closed)."""
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    private: str  # C2SP signed-note private key string
+    verifier: str  # what auditors pin: name+keyid+base64 public key
+
+
+def signing_key() -> SigningKey:
+    """The deployment's signing key. A missing file is an error, never replaced by a new key:
+    a new key would silently start a log no examiner has pinned."""
+    path = settings.PATHFINDER_CHECKPOINT_KEY_FILE
+    if not path.exists():
+        raise SigningKeyMissing(
+            f"no checkpoint signing key at {path} (PATHFINDER_CHECKPOINT_KEY_FILE): checkpoints "
+            "are signed only where that key is; manage.py bootstrap_local makes one for a new "
+            "deployment"
+        )
+    private = path.read_text(encoding="ascii").split()[0]
+    return SigningKey(private, checkpoints.verifier_key_for(private))
+
+
+def signing_key_create(path: Path | None = None) -> tuple[SigningKey, bool]:
+    """The signing key at `path`, made (mode 0600) if there is none; (key, made now)."""
+    path = path or settings.PATHFINDER_CHECKPOINT_KEY_FILE
+    made = False
+    if not path.exists():
+        private, verifier = checkpoints.generate_signing_key(settings.PATHFINDER_LOG_ORIGIN)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w", encoding="ascii") as handle:
+            handle.write(f"{private}\n{verifier}\n")
+        made = True
+    return signing_key(), made
+
+
+def verifier_keys() -> list[str]:
+    """Every log key a checkpoint may verify with: the current one first, then retired ones
+    (PATHFINDER_CHECKPOINT_VERIFIER_KEY), or the key file's own when that setting is empty."""
+    configured = settings.PATHFINDER_CHECKPOINT_VERIFIER_KEY
+    if configured:
+        return list(configured)
+    try:
+        return [signing_key().verifier]
+    except SigningKeyMissing as exc:
+        raise SigningKeyMissing(
+            f"{exc}; a host without it verifies with PATHFINDER_CHECKPOINT_VERIFIER_KEY"
+        ) from exc
+
+
+def verify_note(note: str) -> checkpoints.Checkpoint:
+    """The checkpoint a note states, if a log key signed it; CheckpointError otherwise."""
+    errors = []
+    for key in verifier_keys():
+        try:
+            return checkpoints.parse_and_verify(note, key)
+        except checkpoints.CheckpointError as exc:
+            errors.append(str(exc))
+    raise checkpoints.CheckpointError("; ".join(errors))

@@ -1,0 +1,98 @@
+"""Checkpoints leave the database: each is written to PATHFINDER_CHECKPOINT_PUBLISH_DIR, one file
+per tree size, never overwritten, and the database's log is checked against every one of them.
+
+The directory stands for a write-once store (an object-locked bucket, a WORM volume, a mail
+archive): what it protects against depends on who can rewrite it, which should be nobody who can
+rewrite the database. docs/operations.md says how to deploy it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from django.conf import settings
+
+from . import checkpoints, merkle
+from .keys import verify_note
+
+_NAME = re.compile(r"checkpoint-(0|[1-9][0-9]*)\.txt")
+
+
+class PublishConflict(Exception):
+    """A different checkpoint was already published for this tree size: a fork of history."""
+
+
+def published_path(size: int) -> Path:
+    return settings.PATHFINDER_CHECKPOINT_PUBLISH_DIR / f"checkpoint-{size}.txt"
+
+
+def publish(size: int, note: str, timestamp_token: bytes | None) -> Path:
+    """Write the cosigned note (and its RFC 3161 token beside it) unless already there; the same
+    note again is a no-op, another note for the same size is a PublishConflict."""
+    path = published_path(size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = note.encode("utf-8")
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    except FileExistsError:
+        if path.read_bytes() != data:
+            raise PublishConflict(
+                f"{path} already holds another checkpoint of size {size}: the log was "
+                "rewritten or forked; it is not overwritten"
+            ) from None
+        return path
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    if timestamp_token:
+        token_path = path.with_suffix(".tsr")
+        if not token_path.exists():
+            token_path.write_bytes(timestamp_token)
+    return path
+
+
+def published() -> list[tuple[Path, int]]:
+    """(file, tree size its name claims) of every published checkpoint, by size."""
+    directory = settings.PATHFINDER_CHECKPOINT_PUBLISH_DIR
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = _NAME.fullmatch(path.name)
+        if match:
+            found.append((path, int(match.group(1))))
+    return sorted(found, key=lambda item: item[1])
+
+
+def published_failures(leaves: Iterable[bytes], log_size: int) -> list[str]:
+    """Every published checkpoint the database's log no longer holds: not signed by the log's
+    key, larger than the log (a rollback), or another root at its size (a rewrite). The log is
+    read once, whatever the number of files."""
+    failures, claims = [], []
+    for path, size in published():
+        try:
+            signed = verify_note(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, checkpoints.CheckpointError) as exc:
+            failures.append(f"published {path.name}: not a checkpoint signed by the log ({exc})")
+            continue
+        if signed.size != size:
+            failures.append(f"published {path.name}: it signs size {signed.size}")
+        elif signed.size > log_size:
+            failures.append(
+                f"published {path.name}: signs {signed.size} trails, the log holds {log_size}: "
+                "the log was rolled back (a restored backup?)"
+            )
+        else:
+            claims.append((path, signed))
+    roots = merkle.roots_at(leaves, [signed.size for _, signed in claims])
+    for path, signed in claims:
+        if roots.get(signed.size) != signed.root:
+            failures.append(
+                f"published {path.name}: the log's first {signed.size} trails no longer hash "
+                "to its root: history was rewritten"
+            )
+    return failures
