@@ -255,6 +255,19 @@ def parse_and_verify(note_text: str | bytes, verifier_key_str: str) -> Checkpoin
     key = parse_verifier_key(verifier_key_str)
     body, _ = _split_note(note_text)
     checkpoint = _parse_body(body)
+    _verify_signature(note_text, body, key)
+    return checkpoint
+
+
+def verify_signed_note(note_text: str | bytes, verifier_key_str: str) -> str:
+    """The text of any C2SP signed note (not only a checkpoint) signed by this key."""
+    key = parse_verifier_key(verifier_key_str)
+    body, _ = _split_note(note_text)
+    _verify_signature(note_text, body, key)
+    return body
+
+
+def _verify_signature(note_text: str | bytes, body: str, key: VerifierKey) -> None:
     verified = False
     for name, blob in _signature_lines(note_text):
         if name != key.name or blob[:4] != key.key_id:
@@ -276,7 +289,6 @@ def parse_and_verify(note_text: str | bytes, verifier_key_str: str) -> Checkpoin
             f"note has no signature by the key {key.name}+{key.key_id.hex()} "
             "(wrong key name or key id)"
         )
-    return checkpoint
 
 
 # ---------------------------------------------------------------------------------------------

@@ -208,3 +208,12 @@ def test_degenerate_and_malformed_input_is_refused_not_raised():
         merkle.inclusion_proof(8, CT_LEAVES)
     with pytest.raises(ValueError):
         merkle.consistency_proof(9, CT_LEAVES)
+
+
+def test_roots_at_many_sizes_in_one_pass_equal_the_root_of_each_prefix():
+    data = [bytes([i]) * (i % 7 + 1) for i in range(130)]
+    sizes = [0, 1, 2, 3, 4, 5, 7, 8, 9, 63, 64, 65, 127, 128, 129, 130, 131]
+    roots = merkle.roots_at(iter(data), sizes)
+    assert sorted(roots) == [s for s in sizes if s <= len(data)]  # 131 is past the log
+    for size, found in roots.items():
+        assert found == merkle.root(data[:size]), size

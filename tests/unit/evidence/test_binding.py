@@ -1,0 +1,174 @@
+"""audit.binding: the record format of v2 trails and the job-row check, probed with records
+that are well hashed but say the wrong thing (the chain alone would pass them)."""
+
+import pytest
+
+from audit import binding
+from audit.chain import canonical_json
+
+SALT = "ab" * 32
+JOB = "11111111-2222-4333-8444-555555555555"
+PARAMS = {"max_tokens": 8, "temperature": "0.0", "top_k": 0, "top_p": "1.0", "seed": 1,
+          "draft_length": 2, "eos_token_id": None}  # fmt: skip
+QUESTION = binding.Question(
+    "prompt",
+    "Quote clause 7.",
+    "Quote clause 7.",
+    (5, 6, 7),
+    {**PARAMS, "stop": ["\n"], "stream": False},
+)
+
+
+def request(**over) -> dict:
+    payload = binding.request_payload(
+        trail_salt=SALT,
+        job_id=JOB,
+        matter="Doe v. Roe",
+        request_id=None,
+        attempt=1,
+        previous_trail=None,
+        model_spec="stub",
+        models={"draft": {}, "target": {}},
+        question=QUESTION,
+    )
+    return {**payload, **over}
+
+
+def decision(step: int, emitted, stop=None, **over) -> dict:
+    payload = {"v": 2, "kind": "decision", "request_id": JOB, "step": step, "params": PARAMS,
+               "emitted": emitted, "stop": stop}  # fmt: skip
+    return {**payload, **over}
+
+
+def answer(tokens=(1, 2, 3), text="Seven.", stop="max_tokens", steps=2) -> dict:
+    return binding.answer_payload(
+        trail_salt=SALT, answer=binding.Answer(tuple(tokens), text, stop), steps=steps
+    )
+
+
+def walk(payloads, outcome="succeeded", version=2) -> binding.Contents:
+    contents = binding.Contents("t", version)
+    for seq, payload in enumerate(payloads):
+        contents.observe(seq, payload)
+    contents.finish(sealed_outcome=outcome)
+    return contents
+
+
+GOOD = [request(), decision(0, [1, 2]), decision(1, [3], stop="max_tokens"), answer()]
+
+
+def reasons(contents) -> list[str]:
+    return [failure.reason for failure in contents.failures]
+
+
+def test_a_well_formed_trail_has_no_failures():
+    contents = walk(GOOD)
+    assert contents.failures == []
+    assert contents.emitted == [1, 2, 3] and contents.decisions == 2
+
+
+@pytest.mark.parametrize(
+    ("payloads", "expected"),
+    [
+        ([decision(0, [1])], "seq 0 of a v2 trail must be the request record"),
+        ([request(), decision(1, [1])], "decision record at seq 1 says step 1"),
+        ([request(), decision(0, [1], request_id="other-job")], "names another job"),
+        ([request(), decision(0, [1], params={**PARAMS, "seed": 2})], "params differ"),
+        ([*GOOD[:3], answer(tokens=(1, 2, 9))], "not the decisions' emitted tokens"),
+        ([*GOOD[:3], answer(steps=3)], "answer says 3 steps; 2 recorded"),
+        ([*GOOD[:3], answer(stop="eos")], "stop_reason 'eos' is not the last decision's"),
+        ([*GOOD, decision(2, [4])], "a record follows the answer record"),
+        (GOOD[:3], "trail sealed succeeded has no answer record"),
+        ([request(), request()], "unexpected 'request' record"),
+        ([{**GOOD[0], "v": 1}, *GOOD[1:]], "record version 1 in a v2 trail"),
+    ],
+)
+def test_a_trail_that_says_the_wrong_thing_is_named(payloads, expected):
+    assert any(expected in reason for reason in reasons(walk(payloads))), reasons(walk(payloads))
+
+
+def test_a_failed_trail_needs_no_answer_and_a_cancelled_one_ends_on_cancelled():
+    assert walk(GOOD[:2], outcome="failed").failures == []
+    cancelled = [request(), decision(0, [1, 2]), answer(tokens=(1, 2), stop="cancelled", steps=1)]
+    assert walk(cancelled, outcome="cancelled").failures == []
+
+
+def test_a_v1_trail_holds_decisions_only_with_step_equal_to_seq():
+    v1 = [{"v": 1, "step": 0, "emitted": [1]}, {"v": 1, "step": 1, "emitted": [2]}]
+    assert walk(v1, version=1).failures == []
+    assert "a v1 trail holds only decision records" in reasons(walk([GOOD[0]], version=1))
+
+
+def claim(**over) -> binding.Claim:
+    fields = dict(
+        job_id=JOB,
+        trail_id="t",
+        attempt=1,
+        matter="Doe v. Roe",
+        request_id=None,
+        model_spec="stub",
+        question=QUESTION,
+        answer=binding.Answer((1, 2, 3), "Seven.", "max_tokens"),
+    )
+    return binding.Claim(**{**fields, **over})
+
+
+def test_a_job_row_that_matches_its_trail_passes():
+    assert binding.claim_failures(claim(), walk(GOOD), SALT) == []
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        (claim(job_id="other"), "job differs"),
+        (claim(attempt=2), "attempt differs"),
+        (claim(request_id="x"), "request_id differs"),
+        (claim(answer=binding.Answer((1, 2, 3), "Void.", "max_tokens")), "output_text differs"),
+        (claim(answer=binding.Answer((1, 2), "Seven.", "max_tokens")), "output_token_ids differ"),
+        (claim(answer=binding.Answer((1, 2, 3), "Seven.", "eos")), "stop_reason differs"),
+        (
+            claim(
+                question=binding.Question("prompt", "Other.", "Other.", (5, 6, 7), QUESTION.params)
+            ),
+            "prompt.given differs",
+        ),  # fmt: skip
+        (
+            claim(
+                question=binding.Question(
+                    "prompt_token_ids", [5, 6, 7], "", (5, 6, 7), QUESTION.params
+                )
+            ),
+            "form",
+        ),  # fmt: skip
+        (
+            claim(
+                question=binding.Question(
+                    "prompt",
+                    QUESTION.given,
+                    QUESTION.rendered,
+                    QUESTION.token_ids,
+                    {**QUESTION.params, "stop": []},
+                )
+            ),
+            "params differs",
+        ),  # fmt: skip
+    ],
+)
+def test_each_field_of_a_job_row_that_its_trail_does_not_bind_is_named(row, expected):
+    failures = binding.claim_failures(row, walk(GOOD), SALT)
+    assert any(expected in failure.reason for failure in failures), failures
+
+
+def test_texts_are_bound_by_their_own_salts():
+    digest = binding.bound_digest(SALT, binding.ANSWER_TEXT, "Seven.")
+    salt = binding.field_salt(SALT, binding.ANSWER_TEXT)
+    assert binding.text_matches(digest, salt, "Seven.")
+    assert not binding.text_matches(digest, salt, "Seven")
+    # Another field's salt, or another trail's, does not check this text.
+    assert not binding.text_matches(digest, binding.field_salt(SALT, binding.RENDERED), "Seven.")
+    assert not binding.text_matches(digest, binding.field_salt("cd" * 32, "answer.text"), "Seven.")
+
+
+def test_a_request_record_is_canonical_json_and_holds_no_text():
+    text = canonical_json(request())
+    assert "Quote clause" not in text and SALT not in text
