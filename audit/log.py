@@ -150,20 +150,23 @@ def _timestamp(note: str) -> bytes | None:
 class WitnessStatus:
     cosigned: int
     quorum: int
+    error: str = ""  # a configured witness's cosignature line that does not verify
 
     @property
     def ok(self) -> bool:
-        return self.cosigned >= self.quorum
+        return not self.error and self.cosigned >= self.quorum
 
 
 def witness_status(checkpoint: Checkpoint) -> WitnessStatus:
-    """How many of the configured witnesses cosigned this checkpoint, against the quorum."""
+    """How many of the configured witnesses validly cosigned this checkpoint, against the
+    quorum."""
     keys = [witness.verifier for witness in configured_witnesses()]
+    quorum = settings.PATHFINDER_WITNESS_QUORUM
     try:
         cosigned = len(checkpoints.cosignatures(checkpoint.note, keys)) if keys else 0
-    except checkpoints.CheckpointError:
-        cosigned = 0
-    return WitnessStatus(cosigned, settings.PATHFINDER_WITNESS_QUORUM)
+    except checkpoints.CheckpointError as exc:
+        return WitnessStatus(0, quorum, str(exc))
+    return WitnessStatus(cosigned, quorum)
 
 
 def checkpoint_covering(entry: LedgerEntry) -> Checkpoint:
@@ -200,15 +203,18 @@ def inclusion_of(trail_id: uuid.UUID) -> Inclusion:
 
 
 def checkpoint_failures(all_leaves: list[bytes]) -> list[str]:
-    """Check every stored checkpoint: its signature, its row, its root against the leaves. Two
+    """Check every stored checkpoint: its signature, its configured witnesses' cosignatures (a
+    line of theirs that does not verify), its row, its root against the leaves. Two
     checkpoints whose roots both match the log's prefixes are consistent with each other, so
     the log only ever grew; the leaves are hashed once for all of them."""
     failures: list[str] = []
     claims = []
+    witness_keys = [witness.verifier for witness in configured_witnesses()]
     for checkpoint in Checkpoint.objects.order_by("id").iterator():
         label = f"checkpoint {checkpoint.id} (size {checkpoint.tree_size})"
         try:
             signed = verify_note(checkpoint.note)
+            checkpoints.cosignatures(checkpoint.note, witness_keys)
         except checkpoints.CheckpointError as exc:
             failures.append(f"{label}: {exc}")
             continue

@@ -5,9 +5,11 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
+from audit.keys import SigningKeyMissing
 from audit.locks import run_exclusively
 from audit.log import checkpoint_create
 from audit.metrics import VERIFICATION_FAILURES
+from audit.publish import PublishConflict
 from audit.verification import verify_everything
 
 logger = logging.getLogger(__name__)
@@ -15,9 +17,14 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="audit.create_checkpoint")
 def create_checkpoint() -> int | None:
-    checkpoint = run_exclusively(
-        "audit.create_checkpoint", settings.PATHFINDER_CHECKPOINT_INTERVAL_S, checkpoint_create
-    )
+    try:
+        checkpoint = run_exclusively(
+            "audit.create_checkpoint", settings.PATHFINDER_CHECKPOINT_INTERVAL_S, checkpoint_create
+        )
+    except (SigningKeyMissing, PublishConflict) as exc:
+        # Fail closed and say why, every interval, until an operator acts (docs/operations.md).
+        logger.error("no checkpoint signed", extra={"error": str(exc)})
+        return None
     if checkpoint is None:
         logger.info("checkpoint skipped: another runner holds the lock")
         return None

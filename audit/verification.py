@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from . import binding, chain, claims, merkle
 from .keys import verify_note
-from .log import checkpoint_failures, latest_checkpoint
+from .log import checkpoint_failures, latest_checkpoint, witness_status
 from .models import DecisionRecord, LedgerEntry, Trail, VerificationRun
 from .publish import published_failures
 
@@ -312,6 +312,19 @@ def _check_inclusion(entry: LedgerEntry, report: Report) -> None:
         _note(report, f"no valid signed checkpoint covers trail {trail_id} yet")
         return
     signed = verify_note(checkpoint.note)
+    witnesses = witness_status(checkpoint)
+    if witnesses.error:
+        report.failures.append(
+            chain.Failure(
+                "checkpoint", trail_id, None, f"checkpoint {checkpoint.id}: {witnesses.error}"
+            )
+        )
+    elif not witnesses.ok:
+        _note(
+            report,
+            f"checkpoint {checkpoint.id} has {witnesses.cosigned} of the {witnesses.quorum} "
+            "witness cosignatures the quorum needs",
+        )
     included = entry.seq < len(all_leaves) and merkle.verify_inclusion(
         entry.seq,
         signed.size,

@@ -146,11 +146,24 @@ def differing_fields(recorded: dict, replayed: dict) -> list[str]:
         (recorded.keys() | replayed.keys()) - VOLATILE_FIELDS,
         key=lambda key: (FIELD_ORDER.index(key) if key in FIELD_ORDER else len(FIELD_ORDER), key),
     )
+    replayed = {**replayed, **{key: _as_recorded(recorded, replayed, key) for key in IDENTITIES}}
     return [
         key
         for key in keys
         if canonical_json(recorded.get(key)) != canonical_json(replayed.get(key))
     ]
+
+
+IDENTITIES = ("draft", "target")
+
+
+def _as_recorded(recorded: dict, replayed: dict, key: str):
+    """A model identity as the recording could state it: a trail recorded before identities
+    hashed the tokenizer, config and chat template has no such fields, which cannot differ."""
+    mine, theirs = recorded.get(key), replayed.get(key)
+    if not isinstance(mine, dict) or not isinstance(theirs, dict):
+        return theirs
+    return {name: value for name, value in theirs.items() if name in mine}
 
 
 def _shown(value) -> str:

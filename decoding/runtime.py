@@ -160,7 +160,7 @@ def _remote_provider(weights, revision: str, options: dict, name: str) -> Provid
     """A model on an OpenAI-compatible server; `path` names a local copy of its vocabulary
     (and, when it is the served file, its weights' SHA-256)."""
     from decoding.engine.providers.remote import RemoteProvider
-    from decoding.engine.weights import weights_sha256
+    from decoding.engine.weights import component_hashes, weights_sha256
 
     return RemoteProvider(
         options["base_url"],
@@ -169,6 +169,7 @@ def _remote_provider(weights, revision: str, options: dict, name: str) -> Provid
         model=options.get("model", ""),
         revision=revision,
         sha256=options.get("sha256") or (weights_sha256(weights) if weights.is_file() else ""),
+        components=component_hashes(weights),
         top_logprobs=options.get("top_logprobs", 20),
         timeout_s=options.get("timeout_s", 30),
         retries=options.get("retries", 2),

@@ -70,3 +70,76 @@ def weights_sha256(path: str | os.PathLike[str]) -> str:
     files = _weight_files(Path(path).resolve())
     stats = [(file, file.stat()) for file in files]
     return _sha256(tuple((str(file), st.st_size, st.st_mtime_ns) for file, st in stats))
+
+
+# --- What else a model's output depends on: its tokenizer, config and chat template ------------
+# Each gets a SHA-256 of its own (docs/audit-format.md), so a record names them even when they
+# are not inside the weights file (a Hugging Face directory), and says which part changed.
+
+HF_TOKENIZER_FILES = (
+    "merges.txt",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+)
+HF_CONFIG_FILES = ("config.json", "generation_config.json")
+CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
+
+
+def text_sha256(text: str | None) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest() if text else ""
+
+
+def _files_sha256(directory: Path, names: tuple[str, ...]) -> str:
+    """SHA-256 of the named files that exist, concatenated in name order ("" if none does)."""
+    present = [directory / name for name in sorted(names) if (directory / name).is_file()]
+    if not present:
+        return ""
+    stats = [(file, file.stat()) for file in present]
+    return _sha256(tuple((str(file), st.st_size, st.st_mtime_ns) for file, st in stats))
+
+
+@cache
+def _gguf_parts(path: str, _size: int, _mtime: int) -> dict[str, str]:
+    from gguf import GGUFReader  # reading the metadata maps the file; done once per file
+
+    reader = GGUFReader(path)
+    tokenizer, config = hashlib.sha256(), hashlib.sha256()
+    template = ""
+    for name in sorted(reader.fields):
+        field = reader.fields[name]
+        if name.startswith("GGUF."):
+            continue  # the container's own bookkeeping
+        if name == CHAT_TEMPLATE_KEY:
+            template = bytes(field.parts[field.data[0]]).decode("utf-8")
+            continue
+        digest = tokenizer if name.startswith("tokenizer.") else config
+        digest.update(name.encode("utf-8") + b"\x00")
+        for index in field.data:
+            value = bytes(field.parts[index])
+            digest.update(len(value).to_bytes(8, "big") + value)
+    return {
+        "tokenizer_sha256": tokenizer.hexdigest(),
+        "config_sha256": config.hexdigest(),
+        "chat_template_sha256": text_sha256(template),
+    }
+
+
+def component_hashes(path: str | os.PathLike[str], chat_template: str | None = None) -> dict:
+    """tokenizer_sha256, config_sha256 and chat_template_sha256 of a GGUF file (from its
+    metadata: each key in name order, its name, NUL, then each value part as an 8-byte
+    big-endian length and its bytes) or of a Hugging Face directory (its tokenizer and config
+    files, concatenated in name order; the chat template as the tokenizer holds it)."""
+    path = Path(path).resolve()
+    if path.is_file() and path.name.endswith(".gguf"):
+        st = path.stat()
+        return dict(_gguf_parts(str(path), st.st_size, st.st_mtime_ns))
+    if path.is_dir():
+        return {
+            "tokenizer_sha256": _files_sha256(path, HF_TOKENIZER_FILES),
+            "config_sha256": _files_sha256(path, HF_CONFIG_FILES),
+            "chat_template_sha256": text_sha256(chat_template),
+        }
+    return {"tokenizer_sha256": "", "config_sha256": "", "chat_template_sha256": ""}

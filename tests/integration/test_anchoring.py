@@ -24,7 +24,7 @@ from audit.keys import SigningKeyMissing, signing_key
 from audit.log import checkpoint_create, witness_status
 from audit.models import Checkpoint, DecisionRecord, LedgerEntry, Trail
 from audit.publish import PublishConflict, published_path
-from audit.verification import verify_everything
+from audit.verification import verify_everything, verify_trails
 from pathfinder_site.health import readiness
 from tests.tsa import OpenSSLAuthority, TsaServer
 from tests.witnesses import WitnessProcess
@@ -320,3 +320,19 @@ def test_a_rotated_log_key_keeps_old_checkpoints_verifiable(run_job, beat, setti
     assert verify_everything().ok
     settings.PATHFINDER_CHECKPOINT_VERIFIER_KEY = [new.verifier]  # the old key forgotten
     assert "checkpoint" in failures_of(verify_everything())
+
+
+def test_a_forged_cosignature_on_a_stored_checkpoint_is_named(run_job, witnessed):
+    job = run_job()
+    checkpoint = checkpoint_create()
+    lines = checkpoint.note.splitlines()
+    line = next(text for text in lines if text.startswith("\u2014 witness.example"))
+    _, blob = line.removeprefix("\u2014 ").split(" ")
+    raw = bytearray(base64.b64decode(blob))
+    raw[-1] ^= 1  # the witness's signature, one bit off; the log's own signature untouched
+    forged = checkpoint.note.replace(blob, base64.b64encode(bytes(raw)).decode())
+    as_superuser("UPDATE audit_checkpoint SET note = %s WHERE id = %s", [forged, checkpoint.id])
+    everything = verify_everything()
+    assert "cosignature by witness.example/w1" in failures_of(everything)
+    one = verify_trails([job.trail_id], scope="one")
+    assert "cosignature by witness.example/w1" in failures_of(one)

@@ -82,5 +82,11 @@ def test_the_tokenizer_carries_the_chat_template_and_encodes_its_control_tokens(
 
 def test_identity_names_the_weights_by_their_sha256(gguf_path, provider):
     assert provider.identity.sha256 == hashlib.sha256(gguf_path.read_bytes()).hexdigest()
+    # and the tokenizer, config and chat template inside the GGUF, each apart
+    identity = provider.identity
+    template = provider.tokenizer.chat_template
+    assert identity.chat_template_sha256 == hashlib.sha256(template.encode()).hexdigest()
+    hashes = {identity.tokenizer_sha256, identity.config_sha256, identity.chat_template_sha256}
+    assert len(hashes) == 3 and all(len(h) == 64 for h in hashes)
     assert provider.identity.runtime == "llama.cpp"
     assert provider.identity.runtime_version

@@ -104,3 +104,34 @@ def test_the_quantized_draft_drafts_for_the_float32_target_exactly(make_llama, c
         assert_greedy_equal_but_near_ties(converted, prompt, result.output_token_ids, 1.0)
         drafted, accepted = drafted + result.drafted, accepted + result.accepted
     assert accepted >= 0.6 * drafted, f"{accepted} of {drafted} drafted tokens accepted"
+
+
+def test_the_identity_names_the_converted_weights_and_a_tampered_cache_is_refused(
+    gguf_path, cache_dir, converted, tmp_path
+):
+    from decoding.engine.weights import weights_sha256
+
+    identity = converted.identity
+    assert identity.sha256 == weights_sha256(gguf_path)  # the file the spec names
+    assert identity.converted_sha256 == weights_sha256(cache_dir / identity.sha256)
+    assert identity.converted_sha256 != identity.sha256
+    assert all(
+        len(value) == 64
+        for value in (
+            identity.tokenizer_sha256,
+            identity.config_sha256,
+            identity.chat_template_sha256,
+        )
+    )
+    # The cached conversion edited after the fact (one byte of its weights): refused, not loaded
+    # as the GGUF's weights.
+    tampered = tmp_path / "tampered"
+    shutil.copytree(cache_dir, tampered)
+    weights = tampered / identity.sha256 / "model.safetensors"
+    with open(weights, "r+b") as handle:
+        handle.seek(-1, 2)
+        last = handle.read(1)
+        handle.seek(-1, 2)
+        handle.write(bytes([last[0] ^ 1]))
+    with pytest.raises(ValueError, match="does not hold the conversion it recorded"):
+        TransformersProvider(gguf_path, name="smollm2-135m", cache_dir=tampered)

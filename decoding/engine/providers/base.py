@@ -14,13 +14,20 @@ from ..sampling import warp
 
 @dataclass(frozen=True)
 class ModelIdentity:
-    """What a reviewer needs to name the exact model that made a decision."""
+    """What a reviewer needs to name the exact model that made a decision: everything its
+    output depends on (engine.weights says how each hash is taken)."""
 
     name: str
     revision: str
-    sha256: str  # of the weight files
+    sha256: str  # of the weight file(s) the spec names
     runtime: str
     runtime_version: str
+    tokenizer_sha256: str = ""
+    config_sha256: str = ""
+    chat_template_sha256: str = ""
+    # When the runtime loaded a conversion of those weights (a GGUF dequantized to safetensors),
+    # the SHA-256 of the converted files it actually loaded, verified at each load.
+    converted_sha256: str = ""
 
     def as_payload(self) -> dict[str, str]:
         return asdict(self)

@@ -18,7 +18,7 @@ import llama_cpp
 import numpy as np
 
 from ..tokenizer import Tokenizer
-from ..weights import weights_sha256
+from ..weights import component_hashes, weights_sha256
 from .base import ModelIdentity, Provider
 
 # One llama.cpp call at a time in this process, across every LlamaCppProvider. llama.cpp's
@@ -151,6 +151,7 @@ class LlamaCppProvider(Provider):
             sha256=weights_sha256(model_path),
             runtime="llama.cpp",
             runtime_version=llama_cpp.__version__,
+            **component_hashes(model_path),
         )
 
     def prefill(self, context: Sequence[int]) -> None:

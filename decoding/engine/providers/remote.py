@@ -78,6 +78,7 @@ class RemoteProvider(Provider):
         model: str = "",
         revision: str = "",
         sha256: str = "",
+        components: dict[str, str] | None = None,
         top_logprobs: int = 20,
         timeout_s: float = 30.0,
         retries: int = 2,
@@ -101,6 +102,7 @@ class RemoteProvider(Provider):
             sha256=sha256,
             runtime=RUNTIME,
             runtime_version=f"{public_url(base_url)} model={model or 'default'}",
+            **(components or {}),  # the tokenizer, config and template of the local copy
         )
 
     def next_distributions(

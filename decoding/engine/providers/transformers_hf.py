@@ -6,6 +6,7 @@ Written against transformers 5 (`cache=` forward argument, `DynamicCache.crop(-n
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -26,7 +27,7 @@ from transformers import (
 )
 
 from ..tokenizer import Tokenizer
-from ..weights import weights_sha256
+from ..weights import component_hashes, weights_sha256
 from .base import ModelIdentity, Provider
 
 # One forward pass at a time in this process, across every TransformersProvider: torch's
@@ -111,6 +112,10 @@ def _convert_once(gguf: Path, sha256: str, cache_dir: Path) -> Path:
             quantizer.remove_quantization_config(model)
         model.save_pretrained(scratch)
         tokenizer.save_pretrained(scratch)
+        # What the converted weights hash to, so a later load can tell they are still these.
+        (scratch / CONVERSION_RECORD).write_text(
+            json.dumps({"gguf_sha256": sha256, "converted_sha256": weights_sha256(scratch)})
+        )
         try:
             scratch.rename(target)
         except OSError:
@@ -119,6 +124,28 @@ def _convert_once(gguf: Path, sha256: str, cache_dir: Path) -> Path:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return target
+
+
+CONVERSION_RECORD = "pathfinder-conversion.json"
+
+
+def _verify_conversion(directory: Path, gguf_sha256: str) -> str:
+    """The converted weights' SHA-256, re-hashed and checked against what the conversion
+    recorded: a cache edited or corrupted since is refused, never loaded as the GGUF's weights."""
+    try:
+        recorded = json.loads((directory / CONVERSION_RECORD).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(
+            f"converted cache {directory} has no readable {CONVERSION_RECORD}: delete the "
+            "directory to convert the GGUF again"
+        ) from exc
+    actual = weights_sha256(directory)
+    if recorded.get("gguf_sha256") != gguf_sha256 or recorded.get("converted_sha256") != actual:
+        raise ValueError(
+            f"converted cache {directory} does not hold the conversion it recorded (weights "
+            f"{actual}): delete the directory to convert the GGUF again"
+        )
+    return actual
 
 
 class TransformersProvider(Provider):
@@ -151,8 +178,10 @@ class TransformersProvider(Provider):
             directory, gguf_file = directory.parent, directory.name
         weights = directory / gguf_file if gguf_file else directory
         sha256 = weights_sha256(weights)
+        converted = ""
         if gguf_file is not None and cache_dir is not None:
             directory, gguf_file = _convert_once(weights, sha256, Path(cache_dir)), None
+            converted = _verify_conversion(directory, sha256)
 
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         # bfloat16 halves memory and uses the tensor cores on a GPU; CPUs are fastest in float32.
@@ -173,6 +202,10 @@ class TransformersProvider(Provider):
             runtime_version=(
                 f"{transformers.__version__}+torch{torch.__version__}"
                 f" {self.device.type}/{str(self.dtype).removeprefix('torch.')}"
+            ),
+            converted_sha256=converted,
+            **component_hashes(
+                directory / gguf_file if gguf_file else directory, tokenizer.chat_template
             ),
         )
 

@@ -64,7 +64,17 @@ def test_the_payload_has_exactly_the_documented_keys(payloads):
             "draft_length",
             "eos_token_id",
         }
-        assert set(payload["draft"]) == {"name", "revision", "sha256", "runtime", "runtime_version"}
+        assert set(payload["draft"]) == {
+            "name",
+            "revision",
+            "sha256",
+            "runtime",
+            "runtime_version",
+            "tokenizer_sha256",
+            "config_sha256",
+            "chat_template_sha256",
+            "converted_sha256",
+        }
         assert set(payload["correction"]) == {"token", "kind", "u", "p"}
         assert set(payload["timings_us"]) == {"draft", "verify"}
         for drafted in payload["drafted"]:
