@@ -186,13 +186,30 @@ class Contents:
             if kind != REQUEST:
                 self.fail(seq, f"seq 0 of a v2 trail must be the request record, not {kind!r}")
             else:
-                self.request = payload
+                self._request(seq, payload)
         elif kind == DECISION:
             self._decision(seq, payload, step=seq - 1)
         elif kind == ANSWER:
             self._answer(seq, payload)
         else:
             self.fail(seq, f"unexpected {kind!r} record")
+
+    def _request(self, seq: int, payload: dict) -> None:
+        prompt = payload.get("prompt")
+        if not isinstance(payload.get("params"), dict) or not isinstance(prompt, dict):
+            self.fail(seq, "request record's params and prompt must be objects")
+            return
+        digests = prompt.get("digests")
+        names = (GIVEN, RENDERED, TOKEN_IDS)
+        if not isinstance(digests, dict) or set(digests) != set(names):
+            self.fail(seq, f"request record's prompt digests must be exactly {list(names)}")
+            return
+        if not all(_HEX64.fullmatch(str(digests[name])) for name in names):
+            self.fail(seq, "request record's prompt digests must be SHA-256 hex digests")
+            return
+        if prompt.get("given") not in GIVEN_KINDS:
+            self.fail(seq, f"request record's prompt.given is not one of {list(GIVEN_KINDS)}")
+        self.request = payload
 
     def _decision(self, seq: int, payload: dict, *, step: int) -> None:
         if payload.get("step") != step:
@@ -205,9 +222,10 @@ class Contents:
         if self.request is not None:
             if payload.get("request_id") != self.request.get("job"):
                 self.fail(seq, "decision record names another job than the request record")
-            asked = self.request.get("params", {})
-            decided = payload.get("params", {})
-            if any(asked.get(name) != value for name, value in decided.items()):
+            asked, decided = self.request["params"], payload.get("params")
+            if not isinstance(decided, dict):
+                self.fail(seq, "decision record's params are not an object")
+            elif any(asked.get(name) != value for name, value in decided.items()):
                 self.fail(seq, "decision record's params differ from the request record's")
         self.decisions += 1
         self.last_stop = payload.get("stop")
@@ -218,6 +236,8 @@ class Contents:
             self.fail(seq, "answer's output_token_ids are not the decisions' emitted tokens")
         if payload.get("steps") != self.decisions:
             self.fail(seq, f"answer says {payload.get('steps')!r} steps; {self.decisions} recorded")
+        if payload.get("stop_reason") not in STOP_REASONS:
+            self.fail(seq, f"answer's stop_reason is not one of {list(STOP_REASONS)}")
         expected_stop = self.last_stop or "cancelled"
         if payload.get("stop_reason") != expected_stop:
             self.fail(
@@ -233,6 +253,8 @@ class Contents:
         is the ledger's outcome, or None while the trail is open."""
         if self.format_version >= 2 and sealed_outcome in SERVED_OUTCOMES and self.answer is None:
             self.fail(None, f"trail sealed {sealed_outcome} has no answer record")
+        if sealed_outcome is not None and sealed_outcome not in SERVED_OUTCOMES and self.answer:
+            self.fail(None, f"trail sealed {sealed_outcome} holds an answer: none was served")
         return self.failures
 
 
@@ -275,10 +297,10 @@ def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Fa
     ):
         if request.get(name) != value:
             fail(f"{name} differs from the trail's request record", 0)
-    prompt = request.get("prompt") or {}
+    prompt = request["prompt"]  # its shape was checked when the record was observed
     if prompt.get("given") != claim.question.given_kind:
         fail("the prompt's form (text, messages or ids) differs from the request record", 0)
-    digests = prompt.get("digests") or {}
+    digests = prompt["digests"]
     for name, text in claim.question.texts().items():
         if digests.get(name) != bound_digest(trail_salt, name, text):
             fail(f"{name} differs from the digest in the request record", 0)

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from . import binding, bundle, claims
+from . import binding, bundle, checkpoints, claims
 from .bundle_format import TEXT_MEMBERS
 from .keys import verifier_keys
 from .log import NotYetCovered, inclusion_of
@@ -80,7 +80,7 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
         tree_size=inclusion.checkpoint.tree_size,
         checkpoint_note=inclusion.checkpoint.note,
         timestamp_token=inclusion.checkpoint.timestamp_token,
-        verifier_key=verifier_keys()[0],
+        verifier_key=_signer_of(inclusion.checkpoint.note),
         texts=_texts(trail, withhold),
         models=models,
         params=params,
@@ -88,6 +88,17 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
         readme_text=readme,
     )
     return out
+
+
+def _signer_of(note: str) -> str:
+    """The log key that signed this checkpoint (after a rotation, maybe a retired one)."""
+    for key in verifier_keys():
+        try:
+            checkpoints.parse_and_verify(note, key)
+        except checkpoints.CheckpointError:
+            continue
+        return key
+    raise ExportError("no configured log key verifies the checkpoint that covers this trail")
 
 
 def _described(records) -> tuple[dict, dict]:

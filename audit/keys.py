@@ -32,8 +32,10 @@ def signing_key() -> SigningKey:
             "are signed only where that key is; manage.py bootstrap_local makes one for a new "
             "deployment"
         )
-    private = path.read_text(encoding="ascii").split()[0]
-    return SigningKey(private, checkpoints.verifier_key_for(private))
+    words = path.read_text(encoding="ascii").split()
+    if not words:
+        raise SigningKeyMissing(f"the checkpoint signing key file {path} is empty")
+    return SigningKey(words[0], checkpoints.verifier_key_for(words[0]))
 
 
 def signing_key_create(path: Path | None = None) -> tuple[SigningKey, bool]:

@@ -382,6 +382,9 @@ def _check_leaf(b: _Bundle, check: Check) -> None:
     if b.contents is not None:
         for failure in b.contents.finish(sealed_outcome=sealed["outcome"]):
             check.fail(f"seq {failure.seq}: {failure.reason}")
+        request = b.contents.request
+        if request is not None and sealed["job"] != request.get("job"):
+            check.fail("ledger leaf seals another job than the request record names")
     if not check.failures:
         check.detail = (
             f"ledger entry {b.leaf_index} seals this trail, {b.record_count} records and its head "
@@ -462,47 +465,51 @@ def _disclosed_text(b: _Bundle, name: str, entry: dict, check: Check) -> str | N
 
 
 def _check_disclosures(b: _Bundle, check: Check) -> None:
-    """prompt.txt, answer.txt and the other bound texts against the digests in the records."""
+    """prompt.txt, answer.txt and the other bound texts against the digests in the records. A
+    text the records do not bind (a trail with no request or no answer record) must be absent:
+    nothing may be shown as the question or the answer that no record vouches for."""
     doc = b.json(DISCLOSURES, check)
     contents = b.contents
     if doc is None or contents is None:
         return
-    if contents.format_version < 2:
-        if doc or any(b.members.get(m) for m in TEXT_MEMBERS.values()):
-            check.fail("a v1 trail binds no texts: disclosures, prompt and answer must be empty")
-        else:
-            check.detail = "v1 trail: it binds no question or answer (decisions only)"
-        return
-    request, answer = contents.request or {}, contents.answer
-    digests = dict((request.get("prompt") or {}).get("digests") or {})
+    request, answer = contents.request, contents.answer
+    digests = dict(request["prompt"]["digests"]) if request is not None else {}
     if answer is not None:
         digests[binding.ANSWER_TEXT] = answer.get("output_text_digest")
+    for name, member in TEXT_MEMBERS.items():
+        if name not in digests and b.members.get(member):
+            check.fail(f"{member} holds text that no record of this trail binds")
     if set(doc) != set(digests):
         check.fail(f"disclosures.json names {sorted(doc)}; the records bind {sorted(digests)}")
         return
-    shown = []
+    shown, withheld = [], set()
     for name in sorted(digests):
         entry = doc[name]
-        if not isinstance(entry, dict):
-            check.fail(f"disclosure of {name} is not an object")
-        elif entry == {"withheld": True}:
+        form = {"salt"} if name in TEXT_MEMBERS else {"salt", "value"}
+        if entry == {"withheld": True} and entry["withheld"] is True:
             member = TEXT_MEMBERS.get(name)
             if member is not None and b.members.get(member):
                 check.fail(f"{name} is declared withheld, but {member} is not empty")
             shown.append(f"{name} withheld")
-        elif set(entry) - {"salt", "value"} or not _hex_hash(entry.get("salt")):
-            check.fail(f"disclosure of {name} must be {{salt, value?}} or {{withheld: true}}")
+            withheld.add(name)
+        elif not isinstance(entry, dict) or set(entry) != form or not _hex_hash(entry["salt"]):
+            check.fail(f"disclosure of {name} must be {sorted(form)} or {{withheld: true}}")
         else:
             text = _disclosed_text(b, name, entry, check)
             if text is not None and not binding.text_matches(digests[name], entry["salt"], text):
                 check.fail(f"{name} is not the text whose digest the records hold")
             else:
                 shown.append(f"{name} matches its digest")
-    if not check.failures:
-        withheld = {n for n in digests if doc[n] == {"withheld": True}}
-        b.question = None if binding.RENDERED in withheld else b.text(PROMPT, check)
-        b.answer = None if binding.ANSWER_TEXT in withheld else b.text(ANSWER, check)
-        check.detail = "; ".join(shown)
+    if check.failures:
+        return
+    if binding.RENDERED in digests and binding.RENDERED not in withheld:
+        b.question = b.text(PROMPT, check)
+    if binding.ANSWER_TEXT in digests and binding.ANSWER_TEXT not in withheld:
+        b.answer = b.text(ANSWER, check)
+    if contents.format_version < 2:
+        check.detail = "v1 trail: it binds no question or answer (decisions only)"
+    else:
+        check.detail = "; ".join(shown) or "the trail binds no text (no request was recorded)"
 
 
 def _bundled_key(b: _Bundle, check: Check) -> str | None:

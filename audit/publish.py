@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -30,29 +31,47 @@ def published_path(size: int) -> Path:
 
 
 def publish(size: int, note: str, timestamp_token: bytes | None) -> Path:
-    """Write the cosigned note (and its RFC 3161 token beside it) unless already there; the same
-    note again is a no-op, another note for the same size is a PublishConflict."""
+    """Write the cosigned note (and its RFC 3161 token beside it) unless already there. A file
+    appears whole or not at all (written aside, fsynced, then linked into place, which fails
+    if the name exists). The same checkpoint again (its body: origin, size, root) is a no-op,
+    whatever cosignatures it carries; another one for the same size is a PublishConflict."""
     path = published_path(size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = note.encode("utf-8")
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-    except FileExistsError:
-        if path.read_bytes() != data:
+    if not _write_once(path, note.encode("utf-8")):
+        published = path.read_text(encoding="utf-8")
+        if checkpoints.note_body(published) != checkpoints.note_body(note):
             raise PublishConflict(
                 f"{path} already holds another checkpoint of size {size}: the log was "
                 "rewritten or forked; it is not overwritten"
-            ) from None
-        return path
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+            )
     if timestamp_token:
-        token_path = path.with_suffix(".tsr")
-        if not token_path.exists():
-            token_path.write_bytes(timestamp_token)
+        _write_once(path.with_suffix(".tsr"), bytes(timestamp_token))
     return path
+
+
+def _write_once(path: Path, data: bytes) -> bool:
+    """Put `data` at `path` if nothing is there; False (and nothing written) if something is."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        return False
+    descriptor, scratch = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(scratch, 0o444)
+        try:
+            os.link(scratch, path)  # atomic, and never replaces an existing file
+        except FileExistsError:
+            return False
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        return True
+    finally:
+        os.unlink(scratch)
 
 
 def published() -> list[tuple[Path, int]]:

@@ -41,7 +41,7 @@ def timestamp(url: str, data: bytes, *, timeout: float) -> bytes:
     try:
         with urllib.request.urlopen(http, timeout=timeout) as response:  # noqa: S310
             token = response.read(MAX_RESPONSE)
-    except OSError as exc:
+    except (OSError, http.client.HTTPException) as exc:
         raise TimestampError(f"the time-stamping authority did not answer: {exc}") from exc
     try:
         parsed = decode_timestamp_response(token)

@@ -113,7 +113,16 @@ def verify_everything(*, progress: Callable[[], None] | None = None) -> Report:
         trails = {
             str(trail.id): trail
             for trail in Trail.objects.only(
-                "id", "status", "outcome", "record_count", "head_hash", "format_version", "salt"
+                "id",
+                "job_id",
+                "attempt",
+                "previous_id",
+                "status",
+                "outcome",
+                "record_count",
+                "head_hash",
+                "format_version",
+                "salt",
             ).iterator(chunk_size=_CHUNK)
         }
         summaries: dict[str, chain.TrailSummary] = {}
@@ -178,7 +187,23 @@ def _walk(trail_id: str, trail: Trail | None, records, report: Report) -> _Walke
     report.records_checked += summary.record_count
     report.failures.extend(summary.failures)
     report.failures.extend(contents.finish(sealed_outcome=outcome))
+    if trail is not None and contents.request is not None:
+        report.failures.extend(_request_against_row(contents.request, trail))
     return _Walked(trail, summary, contents)
+
+
+def _request_against_row(request: dict, trail: Trail) -> list[chain.Failure]:
+    """The trail row's job, attempt and previous trail are the ones its request record names."""
+    row = {
+        "job": str(trail.job_id),
+        "attempt": trail.attempt,
+        "previous_trail": str(trail.previous_id) if trail.previous_id else None,
+    }
+    return [
+        chain.Failure("trail", str(trail.id), 0, f"trail row's {name} differs from its request")
+        for name, value in row.items()
+        if request.get(name) != value
+    ]
 
 
 def _claims_batch(batch: list[_Walked], walked: _Walked, report: Report) -> list[_Walked]:
@@ -247,6 +272,8 @@ def _leaf_against_row(payload: dict, trail: Trail | None) -> list[chain.Failure]
         return []
     trail_id = str(trail.id)
     failures = []
+    if payload.get("job") != str(trail.job_id):
+        failures.append(chain.Failure("trail", trail_id, None, "the sealed leaf names another job"))
     if payload.get("v") != trail.format_version:
         failures.append(
             chain.Failure(

@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -51,7 +53,10 @@ class Witness:
         self.key = key
         self.verifier = checkpoints.verifier_key_for(key, alg=checkpoints.ALG_COSIGNATURE)
         self.state_dir = state_dir
-        self.logs = {checkpoints.parse_verifier_key(k).name: k for k in log_keys}
+        # origin -> its keys (a rotated log is given its old and new key, each with --log)
+        self.logs: dict[str, list[str]] = {}
+        for key in log_keys:
+            self.logs.setdefault(checkpoints.parse_verifier_key(key).name, []).append(key)
         self._lock = threading.Lock()  # check-and-persist is one step (the spec's race)
         state_dir.mkdir(parents=True, exist_ok=True)
 
@@ -84,18 +89,23 @@ class Witness:
             claimed = checkpoints.parse_unverified(note)
         except checkpoints.CheckpointError as exc:
             raise Refusal(400, f"malformed checkpoint: {exc}") from exc
-        log_key = self.logs.get(claimed.origin)
-        if log_key is None:
+        log_keys = self.logs.get(claimed.origin)
+        if log_keys is None:
             raise Refusal(404, f"unknown log origin {claimed.origin!r}")
-        try:
-            checkpoint = checkpoints.parse_and_verify(note, log_key)
-        except checkpoints.CheckpointError as exc:
-            raise Refusal(403, f"no valid signature by the log's key: {exc}") from exc
+        checkpoint, log_key, errors = None, None, []
+        for key in log_keys:
+            try:
+                checkpoint, log_key = checkpoints.parse_and_verify(note, key), key
+                break
+            except checkpoints.CheckpointError as exc:
+                errors.append(str(exc))
+        if checkpoint is None:
+            raise Refusal(403, f"no valid signature by the log's key: {'; '.join(errors)}")
         if old_size > checkpoint.size:
             raise Refusal(400, f"old size {old_size} is above the checkpoint's {checkpoint.size}")
         if checkpoint.size == 0 and checkpoint.root != merkle.EMPTY_ROOT:
             raise Refusal(422, "a checkpoint of size 0 must have the empty tree's root")
-        with self._lock:
+        with self._lock, _state_lock(self.state_dir):
             latest = self.latest(checkpoint.origin)
             known = latest["size"] if latest else 0
             if old_size != known:
@@ -120,6 +130,18 @@ class Witness:
         return line
 
 
+@contextlib.contextmanager
+def _state_lock(state_dir: Path):
+    """An exclusive lock on the state directory, so two witness processes sharing it never
+    both pass the size check."""
+    with open(state_dir / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _log_signed_only(note: str, log_key: str) -> str:
     """The note with only the log's own signature line (what the witness keeps and serves)."""
     key = checkpoints.parse_verifier_key(log_key)
@@ -140,7 +162,8 @@ def _parse_request(body: bytes) -> tuple[int, list[bytes], str]:
     lines = head.split("\n")
     first = lines[0]
     size_text = first[4:] if first.startswith("old ") else ""
-    if not size_text.isdigit() or not size_text.isascii() or (size_text != str(int(size_text))):
+    valid = size_text.isascii() and size_text.isdigit() and len(size_text) <= 19
+    if not valid or size_text != str(int(size_text)):
         raise Refusal(400, "the first line must be 'old <size>' in decimal, no leading zeros")
     if len(lines) - 1 > MAX_PROOF_LINES:
         raise Refusal(400, f"more than {MAX_PROOF_LINES} consistency proof lines")
@@ -159,18 +182,23 @@ def _parse_request(body: bytes) -> tuple[int, list[bytes], str]:
 class _Handler(BaseHTTPRequestHandler):
     witness: Witness  # set on the subclass made by serve()
     protocol_version = "HTTP/1.1"
+    timeout = 30  # a client that stalls loses its connection, not a thread for ever
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         if self.path.rstrip("/") != "/add-checkpoint":
             return self._answer(404, "not found\n")
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY:
+        length_text = self.headers.get("Content-Length") or ""
+        if not length_text.isascii() or not length_text.isdigit():
+            return self._answer(400, "a Content-Length is required\n")
+        if int(length_text) > MAX_BODY:
             return self._answer(400, "request too large\n")
         try:
-            line = self.witness.add_checkpoint(self.rfile.read(length))
+            line = self.witness.add_checkpoint(self.rfile.read(int(length_text)))
         except Refusal as refusal:
             content_type = "text/x.tlog.size" if refusal.status == 409 else "text/plain"
             return self._answer(refusal.status, refusal.body or f"{refusal}\n", content_type)
+        except Exception as exc:  # never a dropped connection: say what went wrong
+            return self._answer(500, f"{type(exc).__name__}: {exc}\n")
         self._answer(200, line)
 
     def do_GET(self) -> None:  # noqa: N802

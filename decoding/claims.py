@@ -11,7 +11,13 @@ from decoding.engine import GenerationParams, params_payload
 from decoding.models import GenerationJob
 from decoding.services import JOB_PARAM_FIELDS
 
-SERVED = (GenerationJob.Status.SUCCEEDED, GenerationJob.Status.CANCELLED)
+
+def job_served(job: GenerationJob) -> bool:
+    """Whether the job served an answer: its result was written (a stop reason, with the seal
+    of the trail that recorded it). A job cancelled before it ran, or whose worker was lost and
+    which was then cancelled, served none."""
+    served = (GenerationJob.Status.SUCCEEDED, GenerationJob.Status.CANCELLED)
+    return job.status in served and bool(job.stop_reason)
 
 
 def job_generation_params(job: GenerationJob) -> GenerationParams:
@@ -43,7 +49,7 @@ def job_question(job: GenerationJob) -> binding.Question:
 
 def job_claim(job: GenerationJob) -> binding.Claim:
     answer = None
-    if job.status in SERVED:
+    if job_served(job):
         answer = binding.Answer(
             token_ids=tuple(job.output_token_ids),
             text=job.output_text,

@@ -8,7 +8,7 @@ from rest_framework.exceptions import APIException
 from audit import binding
 from audit.models import DecisionRecord, Trail
 from audit.selectors import trail_record_of_kind
-from decoding.claims import SERVED
+from decoding.claims import job_served
 from decoding.models import ApiKey, GenerationJob
 
 
@@ -27,7 +27,7 @@ def job_answer(job: GenerationJob) -> binding.Answer | None:
     Trails of format v1 (before answers were recorded) bind no answer: their row is served.
     """
     trail = trail_for_job(job)
-    if job.status not in SERVED or trail is None:  # cancelled before it ran: nothing served
+    if not job_served(job) or trail is None:
         return None
     row = binding.Answer(tuple(job.output_token_ids), job.output_text, job.stop_reason)
     if trail.format_version < 2:

@@ -307,15 +307,20 @@ def test_a_web_host_without_the_signing_key_verifies_and_exports_but_never_signs
 
 
 def test_a_rotated_log_key_keeps_old_checkpoints_verifiable(run_job, beat, settings, tmp_path):
-    run_job()
+    first = run_job()
     beat()
     old = signing_key().verifier
     settings.PATHFINDER_CHECKPOINT_KEY_FILE = tmp_path / "new.key"
     from audit.keys import signing_key_create
 
     new, _ = signing_key_create()
-    run_job(prompt=(4,))
     settings.PATHFINDER_CHECKPOINT_VERIFIER_KEY = [new.verifier, old]
+    # A trail covered only by the old key's checkpoint still exports, with that key in the
+    # bundle (the one that signed its checkpoint).
+    bundle = tmp_path / "old.zip"
+    call_command("export_trail", "--job", str(first.id), "--out", str(bundle), stdout=io.StringIO())
+    assert offline_verify(bundle, "--key", old).returncode == 0
+    run_job(prompt=(4,))
     checkpoint_create()
     assert verify_everything().ok
     settings.PATHFINDER_CHECKPOINT_VERIFIER_KEY = [new.verifier]  # the old key forgotten
@@ -336,3 +341,51 @@ def test_a_forged_cosignature_on_a_stored_checkpoint_is_named(run_job, witnessed
     assert "cosignature by witness.example/w1" in failures_of(everything)
     one = verify_trails([job.trail_id], scope="one")
     assert "cosignature by witness.example/w1" in failures_of(one)
+
+
+def test_a_witness_that_answers_garbage_or_hostile_requests_harms_nothing(
+    run_job, witnessed, settings
+):
+    import socket
+    import threading
+
+    # A "witness" that is not HTTP at all: the checkpoint is still signed.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def banner():
+        connection_, _ = listener.accept()
+        connection_.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+        connection_.close()
+
+    threading.Thread(target=banner, daemon=True).start()
+    bogus = f"{witnessed.verifier}@http://127.0.0.1:{listener.getsockname()[1]}"
+    settings.PATHFINDER_WITNESSES = [bogus, witnessed.spec]
+    run_job()
+    checkpoint = checkpoint_create()
+    assert witness_status(checkpoint).cosigned == 1  # the real one still cosigned
+    listener.close()
+    # Hostile requests to the real witness are refused, and it keeps serving.
+    url = f"{witnessed.url}/add-checkpoint"
+    negative = requests.post(url, data=b"x", headers={"Content-Length": "-1"}, timeout=5)
+    assert negative.status_code == 400
+    huge = requests.post(url, data=("old " + "9" * 5000 + "\n\n").encode(), timeout=5)
+    assert huge.status_code == 400
+    assert requests.post(url, data=b"\xff\xfe", timeout=5).status_code == 400
+
+
+def test_the_same_checkpoint_with_other_cosignatures_is_no_fork(run_job, beat):
+    from audit.publish import publish
+
+    run_job()
+    checkpoint = beat()
+    witness_key, _ = checkpoints.generate_signing_key(
+        "witness.example/w9", alg=checkpoints.ALG_COSIGNATURE
+    )
+    other = checkpoints.with_signature_lines(
+        checkpoint.note, [checkpoints.cosign(checkpoint.note, witness_key, 1767225600)]
+    )
+    assert publish(1, other, None) == published_path(1)  # same body: not a conflict
+    assert published_path(1).read_text() == checkpoint.note  # and not overwritten
+    assert not list(published_path(1).parent.glob(".*"))  # no scratch file left behind

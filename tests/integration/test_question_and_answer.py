@@ -272,3 +272,48 @@ def test_an_export_can_withhold_the_prompt_and_still_verifies_offline(run_job, t
         timeout=60,
     )
     assert unpinned.returncode == 3 and "NOT VERIFIED" in unpinned.stdout
+
+
+def test_a_job_cancelled_after_its_worker_died_served_nothing_and_verifies(owner):
+    """Its trail holds the request and no answer (sealed abandoned); the row says cancelled with
+    no result. Nothing was served, so nothing is claimed: verification passes, the API answers."""
+    from audit.store import trail_append, trail_open, trail_seal
+    from decoding import runtime
+    from decoding.claims import job_request_payload
+    from decoding.models import GenerationJob, ModelSpec
+    from decoding.prompts import Prompt
+    from decoding.services import job_submit
+
+    job, _ = job_submit(
+        matter=owner.key.matter,
+        api_key=owner.key,
+        spec=ModelSpec.objects.get(name="stub"),
+        prompt=Prompt([1, 2, 3], ""),
+        max_tokens=8,
+        temperature=0.0,
+        seed=1,
+    )
+    trail = trail_open(job_id=job.id, attempt=1)
+    models, _ = runtime.models_for(job.model_spec)
+    trail_append(trail_id=trail.id, payload=job_request_payload(job, trail, models))
+    trail_seal(trail_id=trail.id, outcome="abandoned")
+    GenerationJob.objects.filter(pk=job.pk).update(
+        status="cancelled", attempts=1, trail_id=trail.id
+    )
+    assert verify_trails([trail.id], scope="one").ok
+    assert verify_everything().ok
+    served = owner.api.get(f"/api/v1/generations/{job.id}")
+    assert served.status_code == 200
+    assert (served.json()["output_text"], served.json()["output_token_ids"]) == ("", [])
+
+
+def test_a_trail_row_that_names_another_job_or_attempt_than_its_request_is_named(run_job):
+    job = run_job()
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("ALTER TABLE audit_trail DISABLE TRIGGER ALL")
+        cursor.execute("UPDATE audit_trail SET attempt = 2 WHERE id = %s", [job.trail_id])
+    report = verify_trails([job.trail_id], scope="one")
+    assert "trail row's attempt differs from its request" in " ".join(
+        f.reason for f in report.failures
+    )

@@ -4,6 +4,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.keys import SigningKeyMissing, signing_key
+from audit.locks import run_exclusively
 from audit.log import checkpoint_create, witness_status
 from audit.publish import PublishConflict, published_path
 
@@ -25,9 +26,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         try:
-            checkpoint = checkpoint_create()
+            # Under beat's lock, so the command and beat never sign the same size side by side.
+            checkpoint = run_exclusively("audit.create_checkpoint", 300, checkpoint_create)
         except (SigningKeyMissing, PublishConflict) as exc:
             raise CommandError(str(exc)) from exc
+        if checkpoint is None:
+            raise CommandError("another checkpoint is being signed right now; try again")
         if options["out"]:
             options["out"].mkdir(parents=True, exist_ok=True)
             path = options["out"] / f"checkpoint-{checkpoint.tree_size}.txt"

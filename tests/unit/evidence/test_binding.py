@@ -172,3 +172,28 @@ def test_texts_are_bound_by_their_own_salts():
 def test_a_request_record_is_canonical_json_and_holds_no_text():
     text = canonical_json(request())
     assert "Quote clause" not in text and SALT not in text
+
+
+@pytest.mark.parametrize(
+    ("payloads", "expected"),
+    [
+        ([request(params=[1, 2]), decision(0, [1])], "params and prompt must be objects"),
+        ([request(prompt="text"), decision(0, [1])], "params and prompt must be objects"),
+        ([request(), decision(0, [1], params=["seed"])], "params are not an object"),
+        (
+            [request(prompt={"given": "prompt", "token_count": 3, "digests": {"x": "y"}})],
+            "prompt digests must be exactly",
+        ),
+        ([request(prompt={**request()["prompt"], "given": "telepathy"})], "prompt.given is not"),
+        ([*GOOD[:3], {**answer(), "stop_reason": "boredom"}], "stop_reason is not one of"),
+    ],
+)
+def test_records_of_the_wrong_shape_are_named_never_a_crash(payloads, expected):
+    assert any(expected in reason for reason in reasons(walk(payloads, outcome=None))), reasons(
+        walk(payloads, outcome=None)
+    )
+
+
+@pytest.mark.parametrize("outcome", ["failed", "abandoned"])
+def test_an_answer_in_a_trail_that_served_none_is_named(outcome):
+    assert "holds an answer: none was served" in " ".join(reasons(walk(GOOD, outcome=outcome)))

@@ -477,6 +477,46 @@ def test_a_withheld_text_leaves_the_bundle_verifiable_and_says_so(key, tmp_path,
     assert failed_checks(build(key, texts=sneaky)) == {"question and answer"}
 
 
+def test_a_forged_answer_txt_on_a_trail_with_no_answer_record_is_refused(key):
+    """A failed trail binds the question but no answer: answer.txt must stay empty, or the
+    verifier would print text no record vouches for as "the output text as served"."""
+    failed = chained(TRAIL, [request_payload(), decision_payload(0)])
+    prompt_only = {n: e for n, e in disclosed().disclosures.items() if n != binding.ANSWER_TEXT}
+    honest = build(
+        key, records=failed, outcome="failed", texts=bundle.Texts(prompt_only, QUESTION.rendered)
+    )
+    assert verify_bundle(honest, keys=[key[1]]) == []
+    forged = build(
+        key,
+        records=failed,
+        outcome="failed",
+        texts=bundle.Texts(prompt_only, QUESTION.rendered, "The clause is void."),
+    )
+    failures = verify_bundle(forged, keys=[key[1]])
+    assert any("answer.txt holds text that no record of this trail binds" in f for f in failures)
+    findings = offline_verify.inspect_bundle(forged, keys=[key[1]])
+    assert findings.answer is None
+
+
+def test_a_disclosure_of_another_form_is_refused(key):
+    loose = disclosed().disclosures
+    loose[binding.ANSWER_TEXT] = {**loose[binding.ANSWER_TEXT], "value": "Void."}
+    loose[binding.RENDERED] = {"withheld": 1}
+    data = build(key, texts=bundle.Texts(loose, QUESTION.rendered, ANSWER_TEXT))
+    failures = verify_bundle(data)
+    assert any("disclosure of answer.text must be ['salt']" in f for f in failures)
+    assert any("disclosure of prompt.rendered must be ['salt']" in f for f in failures)
+
+
+def test_a_leaf_that_seals_another_job_is_refused(key):
+    records = make_trail(TRAIL)
+    leaf = json.loads(leaf_for(TRAIL, records))
+    leaf["job"] = "99999999-9999-4999-8999-999999999999"
+    other = chain.canonical_json(leaf)
+    failures = verify_bundle(build(key, leaf_payload=other))
+    assert any("seals another job than the request record names" in f for f in failures)
+
+
 def test_a_v1_trail_still_verifies_and_binds_no_texts(key):
     v1 = chained(
         TRAIL, [decision_payload(0).replace('"kind":"decision",', "").replace('"v":2', '"v":1')]
