@@ -150,7 +150,7 @@ def test_a_job_re_pointed_at_another_jobs_trail_is_named(run_job, app_role):
     assert not verify_trails([first.trail_id], scope="one").ok
 
 
-def test_the_api_refuses_to_serve_a_text_that_is_not_the_recorded_answer(run_job, owner):
+def test_the_api_serves_the_token_ids_of_the_answer_record_not_of_the_row(run_job, owner):
     job = run_job()
     with connection.cursor() as cursor:
         cursor.execute(
