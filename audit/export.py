@@ -13,10 +13,9 @@ from django.utils import timezone
 
 from . import binding, bundle, checkpoints, claims
 from .bundle_format import TEXT_MEMBERS
-from .keys import verifier_keys
+from .keys import signer_of
 from .log import NotYetCovered, inclusion_of
 from .models import DecisionRecord, Trail
-from .selectors import trail_record_of_kind
 from .verification import verify_trails
 
 # What `withhold` may name, and the bound fields each covers.
@@ -80,8 +79,8 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
         tree_size=inclusion.checkpoint.tree_size,
         checkpoint_note=inclusion.checkpoint.note,
         timestamp_token=inclusion.checkpoint.timestamp_token,
-        verifier_key=_signer_of(inclusion.checkpoint.note),
-        texts=_texts(trail, withhold),
+        verifier_key=_signer(inclusion.checkpoint.note),
+        texts=_texts(trail, records, withhold),
         models=models,
         params=params,
         verification_text=verification + "\n",
@@ -90,15 +89,11 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
     return out
 
 
-def _signer_of(note: str) -> str:
-    """The log key that signed this checkpoint (after a rotation, maybe a retired one)."""
-    for key in verifier_keys():
-        try:
-            checkpoints.parse_and_verify(note, key)
-        except checkpoints.CheckpointError:
-            continue
-        return key
-    raise ExportError("no configured log key verifies the checkpoint that covers this trail")
+def _signer(note: str) -> str:
+    try:
+        return signer_of(note)
+    except checkpoints.CheckpointError as exc:
+        raise ExportError(f"no configured log key verifies the covering checkpoint: {exc}") from exc
 
 
 def _described(records) -> tuple[dict, dict]:
@@ -109,13 +104,14 @@ def _described(records) -> tuple[dict, dict]:
     return models, first.get("params", {})
 
 
-def _texts(trail: Trail, withhold: Collection[str]) -> bundle.Texts:
+def _texts(trail: Trail, records, withhold: Collection[str]) -> bundle.Texts:
     """The bound texts the service holds for the trail, each disclosed with its own salt, or
     declared withheld (asked to, or not held: a trail no job row points at any more)."""
     if trail.format_version < 2:
         return bundle.NO_TEXTS
-    request = trail_record_of_kind(trail_id=trail.id, kind=binding.REQUEST) or {}
-    answer = trail_record_of_kind(trail_id=trail.id, kind=binding.ANSWER)
+    payloads = [json.loads(payload) for *_, payload in records]
+    request = payloads[0] if payloads and binding.kind_of(payloads[0]) == binding.REQUEST else {}
+    answer = payloads[-1] if payloads and binding.kind_of(payloads[-1]) == binding.ANSWER else None
     bound = list((request.get("prompt") or {}).get("digests") or {})
     if answer is not None:
         bound.append(binding.ANSWER_TEXT)

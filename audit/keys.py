@@ -66,12 +66,22 @@ def verifier_keys() -> list[str]:
         ) from exc
 
 
-def verify_note(note: str) -> checkpoints.Checkpoint:
-    """The checkpoint a note states, if a log key signed it; CheckpointError otherwise."""
+def verify_note(note: str, keys: list[str] | None = None) -> checkpoints.Checkpoint:
+    """The checkpoint a note states, if a log key signed it; CheckpointError otherwise. Pass
+    `keys` (verifier_keys()) when checking many notes, so the keys are read once."""
+    return _verified(note, keys)[0]
+
+
+def signer_of(note: str) -> str:
+    """The log key that signed this note (after a rotation, maybe a retired one)."""
+    return _verified(note, None)[1]
+
+
+def _verified(note: str, keys: list[str] | None) -> tuple[checkpoints.Checkpoint, str]:
     errors = []
-    for key in verifier_keys():
+    for key in verifier_keys() if keys is None else keys:
         try:
-            return checkpoints.parse_and_verify(note, key)
+            return checkpoints.parse_and_verify(note, key), key
         except checkpoints.CheckpointError as exc:
             errors.append(str(exc))
     raise checkpoints.CheckpointError("; ".join(errors))

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 
 from . import checkpoints, merkle, timestamps, witnessing
-from .keys import signing_key, verify_note
+from .keys import signing_key, verifier_keys, verify_note
 from .models import Checkpoint, LedgerEntry
 from .publish import publish
 
@@ -38,9 +38,11 @@ def latest_checkpoint(log_size: int, *, covering: int = 0) -> Checkpoint | None:
     the log (a row written by hand, or one larger than the log, is never trusted), among those
     of at least `covering` leaves."""
     candidates = Checkpoint.objects.filter(tree_size__gte=covering, tree_size__lte=log_size)
+    keys = None
     for checkpoint in candidates.order_by("-id").iterator(chunk_size=100):
+        keys = keys or verifier_keys()  # read once, and only if there is a row to check
         try:
-            signed = verify_note(checkpoint.note)
+            signed = verify_note(checkpoint.note, keys)
         except checkpoints.CheckpointError:
             continue
         if (signed.size, signed.root.hex()) == (checkpoint.tree_size, checkpoint.root_hash):
@@ -210,10 +212,12 @@ def checkpoint_failures(all_leaves: list[bytes]) -> list[str]:
     failures: list[str] = []
     claims = []
     witness_keys = [witness.verifier for witness in configured_witnesses()]
+    keys = None
     for checkpoint in Checkpoint.objects.order_by("id").iterator():
         label = f"checkpoint {checkpoint.id} (size {checkpoint.tree_size})"
+        keys = keys or verifier_keys()
         try:
-            signed = verify_note(checkpoint.note)
+            signed = verify_note(checkpoint.note, keys)
             checkpoints.cosignatures(checkpoint.note, witness_keys)
         except checkpoints.CheckpointError as exc:
             failures.append(f"{label}: {exc}")

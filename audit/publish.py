@@ -17,7 +17,7 @@ from pathlib import Path
 from django.conf import settings
 
 from . import checkpoints, merkle
-from .keys import verify_note
+from .keys import verifier_keys, verify_note
 
 _NAME = re.compile(r"checkpoint-(0|[1-9][0-9]*)\.txt")
 
@@ -91,10 +91,11 @@ def published_failures(leaves: Iterable[bytes], log_size: int) -> list[str]:
     """Every published checkpoint the database's log no longer holds: not signed by the log's
     key, larger than the log (a rollback), or another root at its size (a rewrite). The log is
     read once, whatever the number of files."""
-    failures, claims = [], []
+    failures, claims, keys = [], [], None
     for path, size in published():
+        keys = keys or verifier_keys()
         try:
-            signed = verify_note(path.read_text(encoding="utf-8"))
+            signed = verify_note(path.read_text(encoding="utf-8"), keys)
         except (OSError, UnicodeDecodeError, checkpoints.CheckpointError) as exc:
             failures.append(f"published {path.name}: not a checkpoint signed by the log ({exc})")
             continue

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from . import binding, chain, claims, merkle
 from .keys import verify_note
-from .log import checkpoint_failures, latest_checkpoint, witness_status
+from .log import NotYetCovered, checkpoint_failures, inclusion_of, witness_status
 from .models import DecisionRecord, LedgerEntry, Trail, VerificationRun
 from .publish import published_failures
 
@@ -326,18 +326,15 @@ def _check_open(trail_id: str, summary: chain.TrailSummary, trail: Trail, report
 
 
 def _check_inclusion(entry: LedgerEntry, report: Report) -> None:
-    """Is the sealed leaf in the log under the newest valid signed checkpoint covering it?"""
-    all_leaves = [
-        payload.encode("utf-8")
-        for payload in LedgerEntry.objects.order_by("seq")
-        .values_list("payload", flat=True)
-        .iterator(chunk_size=_CHUNK)
-    ]
-    checkpoint = latest_checkpoint(len(all_leaves), covering=entry.seq + 1)
+    """Is the sealed leaf in the log under the newest valid signed checkpoint covering it, and
+    do that checkpoint's witness cosignatures hold?"""
     trail_id = str(entry.trail_id)
-    if checkpoint is None:
+    try:
+        inclusion = inclusion_of(entry.trail_id)
+    except NotYetCovered:
         _note(report, f"no valid signed checkpoint covers trail {trail_id} yet")
         return
+    checkpoint = inclusion.checkpoint
     signed = verify_note(checkpoint.note)
     witnesses = witness_status(checkpoint)
     if witnesses.error:
@@ -352,14 +349,8 @@ def _check_inclusion(entry: LedgerEntry, report: Report) -> None:
             f"checkpoint {checkpoint.id} has {witnesses.cosigned} of the {witnesses.quorum} "
             "witness cosignatures the quorum needs",
         )
-    included = entry.seq < len(all_leaves) and merkle.verify_inclusion(
-        entry.seq,
-        signed.size,
-        merkle.leaf_hash(entry.payload.encode("utf-8")),
-        merkle.inclusion_proof(entry.seq, all_leaves[: signed.size]),
-        signed.root,
-    )
-    if not included:
+    leaf = merkle.leaf_hash(entry.payload.encode("utf-8"))
+    if not merkle.verify_inclusion(entry.seq, signed.size, leaf, inclusion.proof, signed.root):
         report.failures.append(
             chain.Failure(
                 "ledger",
