@@ -7,6 +7,7 @@ than per step, so many workers decode in parallel.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 from django.db import connection, transaction
@@ -21,6 +22,10 @@ _LEDGER_LOCK_KEY = int.from_bytes(b"PFLEDGER", "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 class TrailClosed(Exception):
     """An append was attempted on a sealed trail."""
+
+
+class TrailMoved(Exception):
+    """The trail is not where its writer left it: sealed, or extended by someone else."""
 
 
 def trail_open(*, job_id: uuid.UUID, attempt: int, previous_id: uuid.UUID | None = None) -> Trail:
@@ -59,24 +64,76 @@ def trail_append_many(
         trail = Trail.objects.select_for_update().get(pk=trail_id)
         if trail.status != Trail.Status.OPEN:
             raise TrailClosed(f"trail {trail.id} is sealed")
-        seq, head = trail.record_count, trail.head_hash
-        records = []
-        for text in texts:
-            digest = chain.record_hash(str(trail.id), seq, head, text)
-            records.append(
-                DecisionRecord(
-                    trail=trail,
-                    seq=seq,
-                    kind=kind,
-                    payload=text,
-                    prev_hash=head,
-                    record_hash=digest,
-                )
-            )
-            seq, head = seq + 1, digest
+        records = _chained(trail, trail.record_count, trail.head_hash, texts, kind)
         DecisionRecord.objects.bulk_create(records)
-        Trail.objects.filter(pk=trail.pk).update(record_count=seq, head_hash=head)
+        Trail.objects.filter(pk=trail.pk).update(
+            record_count=records[-1].seq + 1, head_hash=records[-1].record_hash
+        )
     return records
+
+
+def _chained(trail, seq: int, head: str, texts: list[str], kind: str) -> list[DecisionRecord]:
+    records = []
+    for text in texts:
+        digest = chain.record_hash(str(trail.id), seq, head, text)
+        records.append(
+            DecisionRecord(
+                trail=trail, seq=seq, kind=kind, payload=text, prev_hash=head, record_hash=digest
+            )
+        )
+        seq, head = seq + 1, digest
+    return records
+
+
+# One statement, so one round trip and its own transaction in autocommit: the trail row is
+# moved on (locked, and only if it is still open and where the writer left it), then the records
+# are inserted; the insert trigger checks each one's chain as for any append.
+_EXTEND_SQL = """
+WITH moved AS (
+    UPDATE audit_trail SET record_count = %s, head_hash = %s
+     WHERE id = %s AND record_count = %s AND head_hash = %s AND status = 'open'
+    RETURNING id
+)
+INSERT INTO audit_decisionrecord (trail_id, seq, kind, payload, prev_hash, record_hash, created_at)
+SELECT moved.id, v.seq, v.kind, v.payload, v.prev_hash, v.record_hash, now()
+  FROM moved, (VALUES {rows}) AS v(seq, kind, payload, prev_hash, record_hash)
+"""
+
+
+def trail_extend(
+    *, trail_id: uuid.UUID, seq: int, head: str, texts: list[str], kind: str = binding.DECISION
+) -> tuple[int, str]:
+    """Append records to an open trail whose head its writer knows (the next seq and the head
+    hash it left there) and commit them; return the new (next seq, head hash). TrailMoved if
+    the trail is sealed or its head is elsewhere.
+
+    The writer holding a job's lease appends every step this way: on PostgreSQL it is one
+    statement (outside a transaction, a streamed step's commit is one round trip, not five);
+    elsewhere the same rows and check in a transaction of its own.
+    """
+    trail = Trail(id=trail_id)
+    records = _chained(trail, seq, head, texts, kind)
+    after = (records[-1].seq + 1, records[-1].record_hash)
+    if connection.vendor != "postgresql":
+        with transaction.atomic():
+            row = Trail.objects.select_for_update().filter(pk=trail_id).first()
+            if row is None or (row.status, row.record_count, row.head_hash) != ("open", seq, head):
+                raise TrailMoved(f"trail {trail_id} is sealed or not at record {seq}")
+            DecisionRecord.objects.bulk_create(records)
+            Trail.objects.filter(pk=trail_id).update(record_count=after[0], head_hash=after[1])
+        return after
+    rows = ", ".join(["(%s::integer, %s, %s, %s, %s)"] * len(records))
+    params = [after[0], after[1], str(trail_id), seq, head]
+    for record in records:
+        params += [record.seq, kind, record.payload, record.prev_hash, record.record_hash]
+    # Inside a caller's transaction a savepoint keeps a failed statement from aborting it; in
+    # autocommit (a worker) the statement is its own transaction.
+    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+    with scope, connection.cursor() as cursor:
+        cursor.execute(_EXTEND_SQL.format(rows=rows), params)
+        if cursor.rowcount != len(records):
+            raise TrailMoved(f"trail {trail_id} is sealed or not at record {seq}")
+    return after
 
 
 def trail_seal(*, trail_id: uuid.UUID, outcome: str) -> LedgerEntry:

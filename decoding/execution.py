@@ -27,7 +27,7 @@ from django.utils import timezone
 from audit import binding
 from audit.models import Trail
 from audit.store import trail_append, trail_open, trail_seal
-from decoding import events, metrics, runtime
+from decoding import events, metrics, references, runtime
 from decoding.claims import job_generation_params, job_request_payload
 from decoding.engine import (
     AuditUnavailable,
@@ -67,6 +67,7 @@ def _lease_until() -> dt.datetime:
 
 def job_run(*, job_id: uuid.UUID) -> None:
     """Decode one job on this worker. Safe to call for any delivery of the job's message."""
+    warmed_ms = _load_before_claiming(job_id)
     claim = _claim(job_id)
     if claim is None:
         return
@@ -74,13 +75,14 @@ def job_run(*, job_id: uuid.UUID) -> None:
     attempt = job.attempts
     try:
         models, load_ms = runtime.models_for(job.model_spec)
+        load_ms += warmed_ms
         _owned(job.id, attempt).update(load_ms=round(load_ms, 1), lease_expires_at=_lease_until())
         # The question is on record before the first decision about it.
-        trail_append(trail_id=trail.id, payload=job_request_payload(job, trail, models))
+        request = trail_append(trail_id=trail.id, payload=job_request_payload(job, trail, models))
         decoder = SpeculativeDecoder(
             drafter=models.drafter,
             target=models.target,
-            sink=TrailSink(trail.id),
+            sink=TrailSink(trail.id, head=(request.seq + 1, request.record_hash)),
             tokenizer=models.tokenizer,
         )
         schedule = models.schedule(job.draft_length)
@@ -93,6 +95,9 @@ def job_run(*, job_id: uuid.UUID) -> None:
             stop=stop,
             on_step=announce,
             cancelled=_step_boundary(job.id, attempt),
+            references=references.references_for(job.matter_id, excluding=str(job.id))
+            if models.drafts_from_references
+            else (),
         )
     except LostOwnership:
         logger.warning("attempt lost its job; stopping", extra=_log(job, attempt))
@@ -114,6 +119,25 @@ def job_run(*, job_id: uuid.UUID) -> None:
         _succeed(job, attempt, trail, result, answer)
     except DatabaseError as exc:
         _fail(job, attempt, trail, f"audit store unavailable, no output released: {exc}")
+
+
+def _load_before_claiming(job_id: uuid.UUID) -> float:
+    """Load the job's models (ms spent; 0 when warm or nothing to run) before an attempt holds
+    its lease: a first load (weights, hashes, the default file made, the verify-cost curve)
+    can take longer than the lease, and another delivery would then take over a live attempt.
+    A load that fails is left to the attempt, which loads again and fails with the reason."""
+    job = (
+        GenerationJob.objects.select_related("model_spec")
+        .filter(pk=job_id)
+        .exclude(status__in=GenerationJob.FINISHED)
+        .first()
+    )
+    if job is None:
+        return 0.0
+    try:
+        return runtime.models_for(job.model_spec)[1]
+    except Exception:
+        return 0.0
 
 
 def _claim(job_id: uuid.UUID) -> tuple[GenerationJob, Trail] | None:
@@ -221,6 +245,7 @@ def _succeed(
             drafted=result.drafted,
             accepted=result.accepted,
             prefill_ms=round(result.prefill_ns / 1e6, 1),
+            cached_prompt_tokens=result.cached_prompt_tokens,
             decode_ms=round(result.decode_ns / 1e6, 1),
             audit_ms=round(result.audit_ns / 1e6, 1),
             metrics=job_metrics(result.step_counts),
@@ -242,6 +267,9 @@ def _succeed(
             trail_id=trail.id,
             outcome=Trail.Outcome.CANCELLED if cancelled else Trail.Outcome.SUCCEEDED,
         )
+    references.remember(
+        job.matter_id, str(job.id), [*job.prompt_token_ids, *result.output_token_ids]
+    )
     metrics.job_decoded(result)
     metrics.job_finished(status)
     events.publish(job.id)

@@ -11,14 +11,25 @@ from pathlib import Path
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from decoding.engine.weights import default_gguf_path
+from decoding.engine.model_files import requantized
+from decoding.engine.weights import SHIPPED_GGUF_TYPE, default_gguf_path
 
 GGUF_SUFFIX = ".gguf"
 
 
 def resolve_path(path: str) -> Path:
-    """A spec's weights: the given file or directory, or the bundled default GGUF when blank."""
-    return Path(path).expanduser() if path else default_gguf_path()
+    """A spec's weights: the given file or directory, or the default model file when blank."""
+    return Path(path).expanduser() if path else default_model_file()
+
+
+def default_model_file() -> Path:
+    """The shipped GGUF requantized to PATHFINDER_DEFAULT_GGUF_TYPE (made once, then verified
+    against its provenance at each use), or the shipped file itself when that is its type."""
+    shipped = default_gguf_path()
+    file_type = settings.PATHFINDER_DEFAULT_GGUF_TYPE
+    if file_type == SHIPPED_GGUF_TYPE:
+        return shipped
+    return requantized(shipped, settings.PATHFINDER_MODEL_CACHE_DIR, file_type).path
 
 
 def model_spec_check(spec) -> int:

@@ -175,6 +175,9 @@ class GenerationJob(models.Model):
     # Milliseconds. Speculation speeds up decoding only, so prefill is reported apart.
     load_ms = models.FloatField(null=True, blank=True)
     prefill_ms = models.FloatField(null=True, blank=True)
+    # Leading prompt tokens the worker's target already held (live or saved KV state), not
+    # evaluated again: prefill_ms covers only the rest.
+    cached_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     decode_ms = models.FloatField(null=True, blank=True)
     audit_ms = models.FloatField(null=True, blank=True)
 

@@ -11,13 +11,24 @@ import json
 import logging
 import uuid
 
+import numpy as np
 from django.db import transaction
 from django.utils import timezone
 
 from audit.chain import canonical_json
 from audit.selectors import trail_decisions
 from decoding import runtime
-from decoding.engine import AuditSink, ReplayOverrun, ReplaySchedule, SpeculativeDecoder, StepRecord
+from decoding.engine import (
+    AuditSink,
+    Draft,
+    Drafter,
+    DraftSource,
+    PromptLookupDrafter,
+    ReplayOverrun,
+    ReplaySchedule,
+    SpeculativeDecoder,
+    StepRecord,
+)
 from decoding.execution import request_for
 from decoding.models import GenerationJob, Replay
 from decoding.text import StopStrings
@@ -27,6 +38,8 @@ logger = logging.getLogger(__name__)
 # Wall-clock timings may differ; the record format ("v", "kind") is not a decision, so a v1
 # trail replays under v2 code.
 VOLATILE_FIELDS = frozenset({"timings_us", "v", "kind"})
+# Fields records gained later: a recording without one cannot differ in it.
+ADDED_FIELDS = frozenset({"draft_source"})
 # Causes before effects: a changed model identity is named before the decisions it changed.
 FIELD_ORDER = (
     "request_id", "step", "rule", "draft", "target", "params", "context_length",
@@ -50,6 +63,56 @@ def _enqueue(replay_id: uuid.UUID) -> None:
     from decoding.tasks import replay_job
 
     replay_job.delay(str(replay_id))
+
+
+class SourceMismatch(Exception):
+    """A recorded draft is not what its recorded source holds at the recorded offset."""
+
+
+class RecordedDrafts(Drafter):
+    """A copying drafter's recorded drafts, step by step, each checked against its source.
+
+    A copying drafter may have copied from an earlier job this worker remembered, which a replay
+    elsewhere would not; so the replay proposes what the record says was drafted and checks it
+    is what the named source (the context, or that job's prompt and output) holds at the
+    offset. The target's decisions about those drafts are then re-derived as ever.
+    """
+
+    def __init__(self, drafter: Drafter, recorded: list[dict], sources: dict[str, list[int]]):
+        self.identity, self.vocab_size = drafter.identity, drafter.vocab_size
+        self._recorded, self._sources = recorded, sources
+
+    def propose(self, context, k, params, *, seed: int, step: int) -> Draft:
+        record = self._recorded[step] if step < len(self._recorded) else {}
+        tokens = np.array([d["token"] for d in record.get("drafted", [])][:k], dtype=np.int64)
+        q = np.zeros((len(tokens), self.vocab_size))
+        q[np.arange(len(tokens)), tokens] = 1.0
+        given = record.get("draft_source")
+        if given is None:
+            return Draft(tokens=tokens, q=q)
+        source = DraftSource(given["reference"], given["offset"], given["match_length"])
+        held = (
+            list(context) if source.reference == "context" else self._sources.get(source.reference)
+        )
+        if held is None or held[source.offset : source.offset + len(tokens)] != tokens.tolist():
+            raise SourceMismatch(
+                f"step {step}'s draft is not what {source.reference} holds at {source.offset}"
+            )
+        return Draft(tokens=tokens, q=q, source=source)
+
+
+def _drafter_for(models, job: GenerationJob, recorded: list[dict]) -> Drafter:
+    if not isinstance(models.drafter, PromptLookupDrafter):
+        return models.drafter  # a draft model drafts the same way again
+    named = {(record.get("draft_source") or {}).get("reference") for record in recorded} - {
+        None,
+        "context",
+    }
+    sources = {
+        str(other.id): [*other.prompt_token_ids, *other.output_token_ids]
+        for other in GenerationJob.objects.filter(matter_id=job.matter_id, id__in=named)
+    }
+    return RecordedDrafts(models.drafter, recorded, sources)
 
 
 class _Collect(AuditSink):
@@ -78,7 +141,7 @@ def replay_run(*, replay_id: uuid.UUID) -> None:
         models, _ = runtime.models_for(job.model_spec)
         sink = _Collect()
         decoder = SpeculativeDecoder(
-            models.drafter, models.target, sink, tokenizer=models.tokenizer
+            _drafter_for(models, job, recorded), models.target, sink, tokenizer=models.tokenizer
         )
         schedule = ReplaySchedule([record["draft_length"] for record in recorded])
         stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
@@ -147,6 +210,7 @@ def differing_fields(recorded: dict, replayed: dict) -> list[str]:
         key=lambda key: (FIELD_ORDER.index(key) if key in FIELD_ORDER else len(FIELD_ORDER), key),
     )
     replayed = {**replayed, **{key: _as_recorded(recorded, replayed, key) for key in IDENTITIES}}
+    keys = [key for key in keys if key in recorded or key not in ADDED_FIELDS]
     return [
         key
         for key in keys

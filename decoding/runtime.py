@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import atexit
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 
@@ -19,6 +19,8 @@ from decoding.engine import (
     DraftModelDrafter,
     DraftSchedule,
     FixedSchedule,
+    MatchSchedule,
+    MatchStatistics,
     PromptLookupDrafter,
     Provider,
     StubProvider,
@@ -37,12 +39,25 @@ class LoadedModels:
     tokenizer: Tokenizer | None
     # Seconds per verify of n positions, measured at load for an adaptive spec (else None).
     verify_cost: dict[int, float] | None
+    # What copied drafts' acceptance by match length has been on this worker, job after job.
+    match_statistics: MatchStatistics = field(default_factory=MatchStatistics)
+
+    @property
+    def drafts_from_references(self) -> bool:
+        """Whether jobs may draft from the matter's earlier jobs: prompt lookup with an adaptive
+        schedule. A fixed schedule is the reproducible mode, drafting from the context only, so
+        a seed gives the same step structure, and so the same text, on any worker."""
+        return bool(self.verify_cost) and isinstance(self.drafter, PromptLookupDrafter)
 
     def schedule(self, draft_length: int) -> DraftSchedule:
-        """A fresh per-request schedule: adaptive up to draft_length, or fixed at it."""
-        if self.verify_cost:
-            return AdaptiveSchedule(draft_length, verify_cost=self.verify_cost)
-        return FixedSchedule(draft_length)
+        """A fresh per-request schedule up to draft_length: driven by each copied draft's match
+        for prompt lookup, by the acceptance so far for a draft model (both on the measured
+        verify cost), or fixed at draft_length."""
+        if not self.verify_cost:
+            return FixedSchedule(draft_length)
+        if isinstance(self.drafter, PromptLookupDrafter):
+            return MatchSchedule(draft_length, self.verify_cost, self.match_statistics)
+        return AdaptiveSchedule(draft_length, verify_cost=self.verify_cost)
 
 
 _loaded: dict[tuple[int, object], LoadedModels] = {}
@@ -144,6 +159,9 @@ def _provider(kind, path, revision, options, name, *, draft=False) -> Provider:
             revision=revision,
             n_threads=options.get("n_threads", settings.PATHFINDER_LLAMA_THREADS),
             n_ctx=options.get("n_ctx", _context_size()),
+            # The target's prefill is the one a review session repeats; a draft model's is
+            # cheap beside it, so the memory goes to the target.
+            prompt_cache_bytes=0 if draft else settings.PATHFINDER_PROMPT_CACHE_BYTES,
         )
     if kind == "remote":
         return _remote_provider(weights, revision, options, name)

@@ -4,7 +4,7 @@ import time
 import uuid
 
 from audit.chain import canonical_json
-from audit.store import trail_append_many
+from audit.store import trail_extend
 from decoding.engine import AuditSink, StepRecord
 from decoding.metrics import AUDIT_COMMIT_SECONDS
 
@@ -15,10 +15,14 @@ BATCH_STEPS = 16
 
 
 class TrailSink(AuditSink):
-    """Appends records to one trail, in one transaction per batch of steps."""
+    """Appends records to one trail, in one transaction per batch of steps, after the head its
+    last append left (`head`: the next seq and the head hash); it is the trail's only writer."""
 
-    def __init__(self, trail_id: uuid.UUID, *, batch_steps: int = BATCH_STEPS):
+    def __init__(
+        self, trail_id: uuid.UUID, *, head: tuple[int, str], batch_steps: int = BATCH_STEPS
+    ):
         self.trail_id = trail_id
+        self._head = head
         self._batch_steps = batch_steps
         self._pending: list[str] = []
 
@@ -30,6 +34,9 @@ class TrailSink(AuditSink):
     def flush(self) -> None:
         if self._pending:
             started = time.perf_counter()
-            trail_append_many(trail_id=self.trail_id, texts=self._pending)
+            seq, head = self._head
+            self._head = trail_extend(
+                trail_id=self.trail_id, seq=seq, head=head, texts=self._pending
+            )
             AUDIT_COMMIT_SECONDS.observe(time.perf_counter() - started)
             self._pending = []

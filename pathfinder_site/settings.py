@@ -116,6 +116,22 @@ PATHFINDER_LLAMA_THREADS = env_int("PATHFINDER_LLAMA_THREADS", 2, minimum=1)
 PATHFINDER_MODEL_CACHE_DIR = Path(
     env_str("PATHFINDER_MODEL_CACHE_DIR", str(VAR_DIR / "model-cache"))
 )
+# The file a spec with a blank path serves: the shipped Q4_1 GGUF requantized once by llama.cpp
+# into this type (cached under the model cache), or "Q4_1" for the shipped file as it is.
+# Q8_0 keeps the shipped file's quality and has llama.cpp's fast batch kernels; IQ4_NL is
+# faster still and costs perplexity (ADR 0009 has the measurements).
+PATHFINDER_DEFAULT_GGUF_TYPE = env_str("PATHFINDER_DEFAULT_GGUF_TYPE", "Q8_0")
+if PATHFINDER_DEFAULT_GGUF_TYPE not in ("Q4_0", "Q4_1", "Q5_0", "Q8_0", "IQ4_NL"):
+    raise ImproperlyConfigured(
+        "PATHFINDER_DEFAULT_GGUF_TYPE must be one of Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL"
+    )
+# KV states of recent prompts each worker keeps for its llama.cpp target, so a question about
+# a recently seen document skips its prefill (LRU). 512 MiB holds five 4k-token prompts of the
+# default model (23 kB of keys and values per token).
+PATHFINDER_PROMPT_CACHE_BYTES = env_int("PATHFINDER_PROMPT_CACHE_BYTES", 512 << 20, minimum=0)
+# Prompt and output tokens of recent jobs each worker keeps for the prompt-lookup drafter to
+# copy from, searched only for later jobs of the same matter (decoding/references.py).
+PATHFINDER_DRAFT_REFERENCE_TOKENS = env_int("PATHFINDER_DRAFT_REFERENCE_TOKENS", 65536, minimum=0)
 # Nothing is fetched at run time: weights and tokenizers come from local files only.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 PATHFINDER_STUB_VOCAB_SIZE = env_int("PATHFINDER_STUB_VOCAB_SIZE", 32, minimum=2)

@@ -1,4 +1,4 @@
-"""The llama.cpp build for this machine's CPU: `--cmake` prints CMAKE_ARGS, `--key` a wheelhouse key.
+"""The llama.cpp build for this CPU: `--cmake` prints its CMAKE_ARGS, `--key` its wheelhouse key.
 
 llama.cpp's own -march=native would also switch on AMX on Sapphire Rapids, and its AMX matmul
 crashes (SIGSEGV) on any multi-token batch of the default model; so the build is portable

@@ -78,6 +78,9 @@ class TimingsOut(serializers.Serializer):
     queue_ms = serializers.FloatField(allow_null=True, help_text="Submitted to started")
     load_ms = serializers.FloatField(allow_null=True, help_text="Model loading; 0 when warm")
     prefill_ms = serializers.FloatField(allow_null=True)
+    cached_prompt_tokens = serializers.IntegerField(
+        allow_null=True, help_text="Leading prompt tokens found in the worker's prompt cache"
+    )
     decode_ms = serializers.FloatField(allow_null=True, help_text="First token to last")
     audit_ms = serializers.FloatField(allow_null=True, help_text="Committing records")
 

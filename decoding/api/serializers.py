@@ -183,6 +183,7 @@ class GenerationOutput(serializers.Serializer):
                 "queue_ms": job.queue_ms,
                 "load_ms": job.load_ms,
                 "prefill_ms": job.prefill_ms,
+                "cached_prompt_tokens": job.cached_prompt_tokens,
                 "decode_ms": job.decode_ms,
                 "audit_ms": job.audit_ms,
             },

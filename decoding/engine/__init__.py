@@ -5,7 +5,14 @@ kept, and every step is recorded through an audit sink before its tokens are rel
 """
 
 from .decoder import AuditSink, AuditUnavailable, GenerationResult, SpeculativeDecoder
-from .drafters import Draft, Drafter, DraftModelDrafter, PromptLookupDrafter
+from .drafters import (
+    Draft,
+    Drafter,
+    DraftModelDrafter,
+    DraftSource,
+    PromptLookupDrafter,
+    Reference,
+)
 from .params import GenerationParams, GenerationRequest
 from .providers import ModelIdentity, Provider, StubProvider
 from .records import StepRecord, params_payload
@@ -14,6 +21,8 @@ from .schedule import (
     AdaptiveSchedule,
     DraftSchedule,
     FixedSchedule,
+    MatchSchedule,
+    MatchStatistics,
     ReplayOverrun,
     ReplaySchedule,
     measure_verify_cost,
@@ -29,13 +38,17 @@ __all__ = [
     "Draft",
     "DraftModelDrafter",
     "DraftSchedule",
+    "DraftSource",
     "Drafter",
     "FixedSchedule",
     "GenerationParams",
     "GenerationRequest",
     "GenerationResult",
+    "MatchSchedule",
+    "MatchStatistics",
     "ModelIdentity",
     "PromptLookupDrafter",
+    "Reference",
     "ReplayOverrun",
     "ReplaySchedule",
     "Provider",

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .drafters.base import Drafter
+from .drafters.base import Drafter, Reference
 from .params import GenerationParams, GenerationRequest
 from .providers.base import Provider
 from .records import StepRecord
@@ -48,6 +48,7 @@ class GenerationResult:
     records_written: int
     step_counts: tuple[tuple[int, int], ...]  # (drafted, accepted) of each step
     prefill_ns: int  # drafter and target taking in the prompt
+    cached_prompt_tokens: int  # leading prompt tokens the target had cached (not evaluated)
     decode_ns: int  # from the first step's start to the last step's commit
     audit_ns: int  # inside sink.record, summed over the steps (part of decode_ns)
 
@@ -110,6 +111,7 @@ class SpeculativeDecoder:
         schedule: DraftSchedule | None = None,
         stop: Callable[[Sequence[int]], bool] | None = None,
         cancelled: Callable[[], bool] | None = None,
+        references: Sequence[Reference] = (),
     ) -> GenerationResult:
         """Decode one request, committing each step's record before releasing its tokens.
 
@@ -121,6 +123,7 @@ class SpeculativeDecoder:
         may batch the records of several steps (they are all committed before this returns).
         cancelled is asked before each step; once it answers True no further step is taken and
         the result (stop_reason "cancelled") holds the tokens of the steps already recorded.
+        references are token sequences a copying drafter may copy from besides the context.
         """
         params = request.params
         vocab = self._target.vocab_size
@@ -133,8 +136,8 @@ class SpeculativeDecoder:
 
         prompt = list(request.prompt_token_ids)
         prefill_started = time.perf_counter_ns()
-        self._drafter.prefill(prompt)
-        self._target.prefill(prompt)
+        self._drafter.prefill(prompt, references)
+        cached_prompt_tokens = self._target.prefill(prompt)
         decode_started = time.perf_counter_ns()
 
         output: list[int] = []
@@ -156,9 +159,10 @@ class SpeculativeDecoder:
             k = min(wanted, params.max_tokens - len(output) - 1)
             started = time.perf_counter_ns()
             draft = self._drafter.propose(context, k, params, seed=params.seed, step=step)
-            drafted_at = time.perf_counter_ns()
             if len(draft.tokens) > k:
                 raise ValueError(f"drafter proposed {len(draft.tokens)} tokens, at most {k} asked")
+            draft = draft.prefix(schedule.keep(draft))
+            drafted_at = time.perf_counter_ns()
             proposed = draft.tokens.tolist()
             k = len(proposed)
             p = self._target.next_distributions([*context, *proposed], k + 1, params)
@@ -183,6 +187,7 @@ class SpeculativeDecoder:
                 stop=stop_reason,
                 draft_ns=drafted_at - started,
                 verify_ns=verified_at - drafted_at,
+                draft_source=draft.source,
                 **self._texts(proposed, verdict, emitted),
             )
             committing = time.perf_counter_ns()
@@ -211,6 +216,7 @@ class SpeculativeDecoder:
             records_written=step,
             step_counts=tuple(step_counts),
             prefill_ns=decode_started - prefill_started,
+            cached_prompt_tokens=cached_prompt_tokens,
             decode_ns=committed - decode_started,
             audit_ns=audit_ns,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .drafters.base import DraftSource
 from .params import GenerationParams
 from .providers.base import ModelIdentity
 from .rules import Verdict
@@ -64,6 +65,7 @@ class StepRecord:
     drafted_text: tuple[str, ...] | None = None  # parallel to verdict.tokens
     correction_text: str | None = None
     emitted_text: tuple[str, ...] | None = None  # parallel to emitted
+    draft_source: DraftSource | None = None  # where a copying drafter copied the draft from
 
     @property
     def drafted_count(self) -> int:
@@ -87,6 +89,7 @@ class StepRecord:
             "context_length": self.context_length,
             "draft_length": self.drafted_count,
             "drafted": [self._drafted(i) for i in range(self.drafted_count)],
+            "draft_source": None if self.draft_source is None else self.draft_source.payload(),
             "accepted_count": verdict.accepted_count,
             "correction": {
                 "token": verdict.correction_token,

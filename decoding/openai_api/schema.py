@@ -42,10 +42,15 @@ class PathfinderOut(serializers.Serializer):
     acceptance_rate = serializers.FloatField()
 
 
+class PromptTokensDetailsOut(serializers.Serializer):
+    cached_tokens = serializers.IntegerField(help_text="Prompt tokens the prompt cache held")
+
+
 class UsageOut(serializers.Serializer):
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
     total_tokens = serializers.IntegerField()
+    prompt_tokens_details = PromptTokensDetailsOut()
 
 
 class CompletionChoiceOut(serializers.Serializer):

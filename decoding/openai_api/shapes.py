@@ -28,6 +28,7 @@ def usage(job: GenerationJob, answer: Answer | None) -> dict:
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": job.cached_prompt_tokens or 0},
     }
 
 

@@ -73,12 +73,18 @@ def test_every_job_reports_its_timings(owner):
     job = generate(owner, prompt="Count: 1, 2, 3,", max_tokens=16, temperature=0)
     body = owner.api.get(f"{URL}/{job.id}").json()
     timings = body["timings"]
-    assert set(timings) == {"queue_ms", "load_ms", "prefill_ms", "decode_ms", "audit_ms"}
+    assert set(timings) == {
+        "queue_ms", "load_ms", "prefill_ms", "cached_prompt_tokens", "decode_ms", "audit_ms",
+    }  # fmt: skip
     assert timings["decode_ms"] > 0 and timings["prefill_ms"] > 0
     assert 0 <= timings["audit_ms"] < timings["decode_ms"]
+    assert 0 <= timings["cached_prompt_tokens"] < len(job.prompt_token_ids)
     again = generate(owner, prompt="Count: 1, 2, 3,", max_tokens=16, temperature=0)
     assert again.load_ms == 0, "a warm worker does not load the model again"
     assert again.output_token_ids == job.output_token_ids
+    # The same prompt again: all of it but its last token was cached (that one is evaluated
+    # with the first step, whose logits it needs).
+    assert again.cached_prompt_tokens == len(job.prompt_token_ids) - 1
 
 
 def test_a_draft_whose_vocabulary_differs_is_refused_when_the_spec_is_configured(db):

@@ -19,6 +19,12 @@ from .helpers import Stack, auth, describe, get, submit, wait_for
 pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
 
 MODEL = "smollm2-135m-instruct"
+# The default spec's drafts follow each worker's history (the matter's earlier jobs, the
+# acceptance it learnt), and on llama.cpp's batch kernels a different step structure can move a
+# near-tie (ADR 0005): two runs of one greedy request on two workers may part there. Where two
+# runs are compared token for token, this copy of it with a fixed schedule (context-only drafts,
+# the same structure on every worker) is used.
+FIXED = "smollm2-fixed"
 PROMPT = "Copy this line exactly: The parties agree to keep the terms confidential."
 MESSAGES = [{"role": "user", "content": "Name three primary colours, comma separated."}]
 
@@ -31,6 +37,19 @@ def client(postgres_stack) -> openai.OpenAI:
         max_retries=0,
         timeout=120,
     )
+
+
+@pytest.fixture(scope="module")
+def fixed_spec(postgres_stack) -> str:
+    created = postgres_stack.manage(
+        "shell",
+        "-c",
+        "from decoding.models import ModelSpec; s = ModelSpec.objects.get(name='"
+        + MODEL
+        + f"'); s.pk = None; s.name = '{FIXED}'; s.draft_schedule = 'fixed'; s.save()",
+    )
+    assert created.returncode == 0, describe(created)
+    return FIXED
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +87,13 @@ def verified(stack: Stack, job_id: str) -> bool:
     return completed.returncode == 0
 
 
-def test_a_completion_equals_the_native_api_output_and_carries_its_audit(client, postgres_stack):
+def test_a_completion_equals_the_native_api_output_and_carries_its_audit(
+    client, postgres_stack, fixed_spec
+):
     params = {"max_tokens": 24, "temperature": 0.0, "seed": 3}
-    raw = client.completions.with_raw_response.create(model=MODEL, prompt=PROMPT, **params)
+    raw = client.completions.with_raw_response.create(model=fixed_spec, prompt=PROMPT, **params)
     completion = raw.parse()
-    job = native(postgres_stack, model=MODEL, prompt=PROMPT, **params)
+    job = native(postgres_stack, model=fixed_spec, prompt=PROMPT, **params)
 
     assert completion.choices[0].text == job["output_text"] != ""
     assert completion.choices[0].finish_reason in ("stop", "length")
@@ -84,10 +105,10 @@ def test_a_completion_equals_the_native_api_output_and_carries_its_audit(client,
     assert verified(postgres_stack, audit["job_id"])
 
 
-def test_a_chat_completion_equals_the_native_api_output(client, postgres_stack):
+def test_a_chat_completion_equals_the_native_api_output(client, postgres_stack, fixed_spec):
     params = {"max_tokens": 20, "temperature": 0.0, "seed": 9}
-    chat = client.chat.completions.create(model=MODEL, messages=MESSAGES, **params)
-    job = native(postgres_stack, model=MODEL, messages=MESSAGES, **params)
+    chat = client.chat.completions.create(model=fixed_spec, messages=MESSAGES, **params)
+    job = native(postgres_stack, model=fixed_spec, messages=MESSAGES, **params)
     assert chat.choices[0].message.role == "assistant"
     assert chat.choices[0].message.content == job["output_text"] != ""
     audit = chat.model_extra["pathfinder"]
@@ -96,24 +117,16 @@ def test_a_chat_completion_equals_the_native_api_output(client, postgres_stack):
     assert audit["head_hash"] == own_job["trail"]["head_hash"]
 
 
-def test_sampling_with_a_seed_repeats_on_a_fixed_draft_schedule(client, postgres_stack):
-    # The adaptive schedule's draft lengths follow each worker's measured verify cost, and a
-    # seed fixes the draws of a given step structure; a fixed schedule makes it repeatable.
-    created = postgres_stack.manage(
-        "shell",
-        "-c",
-        "from decoding.models import ModelSpec; s = ModelSpec.objects.get(name='"
-        + MODEL
-        + "'); s.pk = None; s.name = 'smollm2-fixed'; s.draft_schedule = 'fixed'; s.save()",
-    )
-    assert created.returncode == 0, describe(created)
+def test_sampling_with_a_seed_repeats_on_a_fixed_draft_schedule(client, postgres_stack, fixed_spec):
+    # The adaptive schedule's drafts follow each worker's history and measured verify cost, and
+    # a seed fixes the draws of a given step structure; a fixed schedule makes it repeatable.
     params = {"max_tokens": 24, "temperature": 0.8, "top_p": 0.95, "seed": 11}
-    first = client.completions.create(model="smollm2-fixed", prompt=PROMPT, **params)
-    job = native(postgres_stack, model="smollm2-fixed", prompt=PROMPT, **params)
+    first = client.completions.create(model=fixed_spec, prompt=PROMPT, **params)
+    job = native(postgres_stack, model=fixed_spec, prompt=PROMPT, **params)
     streamed = "".join(
         chunk.choices[0].text
         for chunk in client.completions.create(
-            model="smollm2-fixed", prompt=PROMPT, stream=True, **params
+            model=fixed_spec, prompt=PROMPT, stream=True, **params
         )
         if chunk.choices
     )

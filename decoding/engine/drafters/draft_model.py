@@ -10,7 +10,7 @@ from ..params import GenerationParams
 from ..providers.base import Provider
 from ..rng import uniform
 from ..sampling import sample
-from .base import Draft, Drafter
+from .base import Draft, Drafter, Reference
 
 
 class DraftModelDrafter(Drafter):
@@ -21,8 +21,8 @@ class DraftModelDrafter(Drafter):
         self.identity = provider.identity
         self.vocab_size = provider.vocab_size
 
-    def prefill(self, context: Sequence[int]) -> None:
-        self._provider.prefill(context)
+    def prefill(self, context: Sequence[int], references: Sequence[Reference] = ()) -> None:
+        self._provider.prefill(context)  # a model drafts from its own weights, not references
 
     def propose(
         self, context: Sequence[int], k: int, params: GenerationParams, *, seed: int, step: int

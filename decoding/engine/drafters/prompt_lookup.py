@@ -1,8 +1,9 @@
-"""Drafting by copying: what followed the latest earlier occurrence of the context's last tokens.
+"""Drafting by copying: what followed the longest earlier occurrence of the context's last tokens.
 
 Prompt lookup decoding (Saxena 2023; HF transformers' PromptLookupCandidateGenerator, vLLM's
 n-gram proposer) costs no model call. It pays off where the output repeats its input, as
-summaries, quotations and edits of a long document do.
+summaries, quotations and edits of a long document do, and, given references (earlier jobs of
+the same matter: the same document asked about again), where the output repeats those.
 """
 
 from __future__ import annotations
@@ -15,16 +16,21 @@ import numpy as np
 from ..params import GenerationParams
 from ..providers.base import ModelIdentity
 from ..version import ENGINE_VERSION
-from .base import Draft, Drafter
+from .base import Draft, Drafter, DraftSource, Reference
+
+CONTEXT = "context"  # DraftSource.reference of a draft copied from the prompt and output so far
 
 
 class PromptLookupDrafter(Drafter):
-    """Proposes up to k tokens that followed the latest earlier match of the context's last n
-    tokens, trying n = max_ngram first and down to min_ngram; nothing when no n matches.
+    """Proposes up to k tokens that followed the longest earlier match of the context's last
+    tokens (compared up to max_ngram back, at least min_ngram long), in the context or in the
+    references the generation was given (earlier jobs of the same matter); the latest on ties,
+    the context before any reference. Nothing when nothing matches.
 
     Deterministic, so q is one-hot: the sampling rule then accepts x iff u < p(x) and resamples
-    from norm(max(0, p - onehot(x))), exactly as for any other q. The whole context is searched,
-    with numpy, in time linear in its length.
+    from norm(max(0, p - onehot(x))), exactly as for any other q. Each draft names its source
+    and match length (DraftSource), which the record keeps and a match-driven schedule reads.
+    The search is numpy over each source, linear in its length.
     """
 
     def __init__(
@@ -59,9 +65,11 @@ class PromptLookupDrafter(Drafter):
         # so only the new tokens are converted. One tuple, swapped whole, so that a drafter
         # shared between threads can only miss the cache, never read a torn one.
         self._cache: tuple[list[int], np.ndarray] = ([], np.empty(0, dtype=np.int64))
+        self._references: tuple[Reference, ...] = ()
 
-    def prefill(self, context: Sequence[int]) -> None:
+    def prefill(self, context: Sequence[int], references: Sequence[Reference] = ()) -> None:
         self._as_array(context)
+        self._references = tuple(ref for ref in references if len(ref.tokens) > 1)
 
     def _as_array(self, context: Sequence[int]) -> np.ndarray:
         seen, array = self._cache
@@ -74,34 +82,51 @@ class PromptLookupDrafter(Drafter):
         self._cache = (tokens, array)
         return array
 
-    def _continuation_start(self, tokens: np.ndarray) -> int | None:
-        """Index just after the chosen match, where the proposed continuation starts."""
-        last = len(tokens) - 1
-        if last < self.min_ngram:  # an earlier match needs at least one token after the tail
-            return None
-        # Ends of earlier matches of the last token; each is followed by at least one token.
-        ends = np.flatnonzero(tokens[:last] == tokens[last])
-        if len(ends) == 0:
-            return None
-        # Extend each match backwards while it still equals the tail, up to max_ngram tokens.
-        length = np.ones(len(ends), dtype=np.int64)
-        alive = np.ones(len(ends), dtype=bool)
-        for back in range(1, self.max_ngram):
-            earlier = ends - back
-            alive &= earlier >= 0
-            alive[alive] &= tokens[earlier[alive]] == tokens[last - back]
-            length += alive
-        longest = int(length.max())
-        if longest < self.min_ngram:
-            return None
-        return int(ends[length == longest][-1]) + 1
+    def _best_match(self, history: np.ndarray) -> tuple[str, np.ndarray, int, int] | None:
+        """(source name, its tokens, continuation start, match length) of the longest match."""
+        best = None
+        sources = [(CONTEXT, history, len(history) - 1)]
+        sources += [(ref.name, ref.tokens, len(ref.tokens) - 1) for ref in self._references]
+        for name, tokens, stop in sources:
+            found = _longest_match(tokens, stop, history, self.max_ngram)
+            longer = found is not None and (best is None or found[1] > best[3])
+            if longer and found[1] >= self.min_ngram:
+                best = (name, tokens, found[0] + 1, found[1])
+        return best
 
     def propose(
         self, context: Sequence[int], k: int, params: GenerationParams, *, seed: int, step: int
     ) -> Draft:
         history = self._as_array(context)
-        start = self._continuation_start(history) if k > 0 else None
-        tokens = np.empty(0, dtype=np.int64) if start is None else history[start : start + k].copy()
-        q = np.zeros((len(tokens), self.vocab_size))
-        q[np.arange(len(tokens)), tokens] = 1.0
-        return Draft(tokens=tokens, q=q)
+        found = self._best_match(history) if k > 0 and len(history) else None
+        if found is None:
+            return Draft(tokens=np.empty(0, dtype=np.int64), q=np.zeros((0, self.vocab_size)))
+        name, tokens, start, length = found
+        proposed = tokens[start : start + k].copy()
+        q = np.zeros((len(proposed), self.vocab_size))
+        q[np.arange(len(proposed)), proposed] = 1.0
+        return Draft(tokens=proposed, q=q, source=DraftSource(name, start, length))
+
+
+def _longest_match(
+    hay: np.ndarray, stop: int, needle: np.ndarray, longest: int
+) -> tuple[int, int] | None:
+    """(end, length) of the longest run of hay, ending at hay[end] with end < stop, equal to the
+    last tokens of needle (compared up to `longest` back); the latest end on ties."""
+    if stop < 1 or len(needle) == 0:
+        return None
+    ends = np.flatnonzero(hay[:stop] == needle[-1])
+    if len(ends) == 0:
+        return None
+    length = np.ones(len(ends), dtype=np.int64)
+    alive = np.ones(len(ends), dtype=bool)
+    for back in range(1, min(longest, len(needle))):
+        earlier = ends - back
+        alive &= earlier >= 0
+        live = np.flatnonzero(alive)
+        if len(live) == 0:
+            break
+        alive[live] = hay[earlier[live]] == needle[-1 - back]
+        length += alive
+    top = int(length.max())
+    return int(ends[length == top][-1]), top

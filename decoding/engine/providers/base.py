@@ -28,6 +28,9 @@ class ModelIdentity:
     # When the runtime loaded a conversion of those weights (a GGUF dequantized to safetensors),
     # the SHA-256 of the converted files it actually loaded, verified at each load.
     converted_sha256: str = ""
+    # When the loaded file was made by Pathfinder from another (the shipped GGUF requantized by
+    # llama.cpp's quantizer, engine.model_files), the SHA-256 of that source file.
+    source_sha256: str = ""
 
     def as_payload(self) -> dict[str, str]:
         return asdict(self)
@@ -43,11 +46,13 @@ class Provider(ABC):
     identity: ModelIdentity
     vocab_size: int
 
-    def prefill(self, context: Sequence[int]) -> None:  # noqa: B027 (optional hook)
+    def prefill(self, context: Sequence[int]) -> int:
         """Process a prompt ahead of decoding (fills a KV cache); stateless providers skip it.
+        Returns how many leading prompt tokens were already cached and not evaluated again.
 
         Called once per generation so prompt processing is timed apart from decoding.
         """
+        return 0
 
     @abstractmethod
     def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:

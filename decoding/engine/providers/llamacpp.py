@@ -17,9 +17,11 @@ from collections.abc import Sequence
 import llama_cpp
 import numpy as np
 
+from ..model_files import source_sha256
 from ..tokenizer import Tokenizer
 from ..weights import component_hashes, weights_sha256
 from .base import ModelIdentity, Provider
+from .prompt_cache import PromptCache
 
 # One llama.cpp call at a time in this process, across every LlamaCppProvider. llama.cpp's
 # worker threads busy-wait between graph nodes, so a draft and a target evaluating at once
@@ -37,6 +39,23 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+def build_features() -> str:
+    """What the loaded llama.cpp was built with, as llama.cpp reports it ("AVX2 FMA ... REPACK"):
+    a decision's logits depend on the kernels, so records name them beside the version."""
+    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    features = []
+    for item in info.replace("|", "\n").splitlines():
+        name, _, value = item.rpartition("=")
+        name = name.split(":")[-1].strip()
+        if name and value.strip() == "1":
+            features.append(name)
+    return " ".join(dict.fromkeys(features))
+
+
+def runtime_version() -> str:
+    return f"{llama_cpp.__version__} ({build_features()})"
 
 
 def _token_or_none(token: int) -> int | None:
@@ -114,6 +133,10 @@ class LlamaCppProvider(Provider):
     last num_positions tokens again if they were cached: llama.cpp returns logits only for
     tokens in the batch being decoded. `tokens_evaluated` counts every token decoded, so the
     cache's effect can be checked.
+
+    With prompt_cache_bytes > 0 the provider also keeps the KV states of recent prompts
+    (PromptCache): a prefill restores the saved state sharing the longest prefix with its prompt
+    when that beats what the live cache holds, and saves the state after each new prompt.
     """
 
     def __init__(
@@ -125,6 +148,7 @@ class LlamaCppProvider(Provider):
         n_threads: int | None = None,
         n_ctx: int = 4096,
         n_batch: int = 512,
+        prompt_cache_bytes: int = 0,
     ) -> None:
         self._llama = llama_cpp.Llama(
             model_path=os.fspath(model_path),
@@ -142,6 +166,7 @@ class LlamaCppProvider(Provider):
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         weakref.finalize(self, llama_cpp.llama_batch_free, self._batch)
         self._cached: list[int] = []  # the tokens whose keys and values the KV cache holds
+        self._prompts = PromptCache(prompt_cache_bytes) if prompt_cache_bytes > 0 else None
         self.tokens_evaluated = 0
         self.vocab_size = self._llama.n_vocab()
         self.tokenizer = LlamaCppTokenizer(self._llama)
@@ -150,14 +175,43 @@ class LlamaCppProvider(Provider):
             revision=revision,
             sha256=weights_sha256(model_path),
             runtime="llama.cpp",
-            runtime_version=llama_cpp.__version__,
+            runtime_version=runtime_version(),
+            source_sha256=source_sha256(model_path),
             **component_hashes(model_path),
         )
 
-    def prefill(self, context: Sequence[int]) -> None:
+    def prefill(self, context: Sequence[int]) -> int:
         # The last prompt token is left for the first logits call, which needs its logits.
+        prompt = list(context[:-1])
         with _MODEL_CALLS:
-            self._evaluate(list(context[:-1]), 0)
+            reused = _common_prefix(self._cached, prompt)
+            if self._prompts is not None:
+                hit = self._prompts.longest(prompt)
+                if hit is not None and hit.shared > reused and self._restore(hit.saved):
+                    reused = hit.shared
+            self._evaluate(prompt, 0)
+            if self._prompts is not None and reused < len(prompt):
+                self._save(prompt)
+        return reused
+
+    def _save(self, prompt: list[int]) -> None:
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, _SEQUENCE)
+        if size > self._prompts.capacity_bytes:
+            return
+        state = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, state, size, _SEQUENCE)
+        if written:
+            self._prompts.put(prompt, state, written)
+
+    def _restore(self, saved) -> bool:
+        """Make the KV cache hold exactly the saved prompt; False (cache emptied) if it cannot."""
+        llama_cpp.llama_memory_seq_rm(self._memory, _SEQUENCE, -1, -1)
+        self._cached.clear()
+        if not llama_cpp.llama_state_seq_set_data(self._ctx, saved.state, saved.nbytes, _SEQUENCE):
+            llama_cpp.llama_memory_clear(self._memory, True)
+            return False
+        self._cached.extend(saved.tokens)
+        return True
 
     def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
         with _MODEL_CALLS:

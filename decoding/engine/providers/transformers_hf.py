@@ -209,10 +209,13 @@ class TransformersProvider(Provider):
             ),
         )
 
-    def prefill(self, context: Sequence[int]) -> None:
+    def prefill(self, context: Sequence[int]) -> int:
         # The last prompt token is left for the first logits call, which needs its logits.
+        prompt = list(context[:-1])
         with _MODEL_CALLS:
-            self._evaluate(list(context[:-1]), 0)
+            reused = _common_prefix(self._cached, prompt)
+            self._evaluate(prompt, 0)
+        return reused
 
     def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
         with _MODEL_CALLS:

@@ -1,5 +1,5 @@
-"""First-run setup for the embedded default: the log's signing key, a local admin user and an
-API key, printed."""
+"""First-run setup for the embedded default: the log's signing key, the default model file, a
+local admin user and an API key, printed."""
 
 import os
 import secrets
@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from audit.keys import signing_key_create
+from decoding.model_specs import default_model_file
 from decoding.services import api_key_create
 
 
@@ -25,6 +26,8 @@ class Command(BaseCommand):
         else:
             self.stdout.write("Checkpoint verifier key:")
         self.stdout.write(f"  {key.verifier}")
+        # Made here rather than by the first request, which would wait for it.
+        self.stdout.write(f"Default model file: {default_model_file()}")
         user_model = get_user_model()
         username = os.environ.get("PATHFINDER_ADMIN_USER", "admin")
         if not user_model.objects.filter(username=username).exists():

@@ -13,7 +13,8 @@ RUNTIMES = {
 }
 # Outside providers/: weights.py hashes files, and reads a GGUF's metadata (the tokenizer, config
 # and chat template it holds) with the gguf package, imported only when a GGUF is hashed.
-HASHING = {"weights.py": {"gguf"}}
+# model_files.py makes the default model file with llama.cpp's own quantizer.
+HASHING = {"weights.py": {"gguf"}, "model_files.py": {"llama_cpp"}}
 
 
 def imported_roots(source: Path) -> set[str]:

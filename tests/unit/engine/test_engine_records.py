@@ -25,6 +25,7 @@ KEYS = {
     "context_length",
     "draft_length",
     "drafted",
+    "draft_source",
     "accepted_count",
     "correction",
     "emitted",
@@ -74,6 +75,7 @@ def test_the_payload_has_exactly_the_documented_keys(payloads):
             "config_sha256",
             "chat_template_sha256",
             "converted_sha256",
+            "source_sha256",
         }
         assert set(payload["correction"]) == {"token", "kind", "u", "p"}
         assert set(payload["timings_us"]) == {"draft", "verify"}

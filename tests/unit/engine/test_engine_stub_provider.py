@@ -53,6 +53,7 @@ def test_its_identity_names_every_parameter_and_hashes_the_revision():
         "config_sha256": "",
         "chat_template_sha256": "",
         "converted_sha256": "",
+        "source_sha256": "",
     }
 
 
