@@ -82,52 +82,85 @@ def prompts(tokenizer) -> dict:
 
 
 def run_cells(systems: dict, workloads: dict, args, guard: Guard) -> list[dict]:
+    """Every prompt on every system, `repeats` times, the order rotated from repeat to repeat
+    (this machine's speed drifts by ±15% from run to run: medians over interleaved repeats).
+    The slow peers (llama lookup, hf lookup) run once."""
     runs = []
     for workload in ("extraction", "summary", "open"):
         for index, prompt in enumerate(workloads[workload][: args.prompts]):
-            for name in CELL_SYSTEMS:
-                system = systems.get(name)
-                if system is None:
-                    continue
-                if name in (PF_AUDIT, PF, PF_STREAM):
-                    system.forget()
-                options = {"audit": name != PF, "stream": name == PF_STREAM}
-                result = guard.measure(
-                    lambda s=system, p=prompt, o=options: s.run(p, args.max_tokens, **o)
-                )
-                result.update(workload=workload, prompt=index, system=name,
-                              prompt_tokens=len(prompt))  # fmt: skip
-                runs.append(result)
-                rate = result["decode_tokens"] / max(result["decode_ns"], 1) * 1e9
-                print(f"{workload}[{index}] {name}: prefill {result['prefill_ns'] / 1e6:.0f} ms, "
-                      f"decode {rate:.1f} tok/s", flush=True)  # fmt: skip
+            for repeat in range(args.repeats):
+                names = [n for n in CELL_SYSTEMS if n in systems]
+                if repeat:
+                    names = [n for n in names if n not in (LLAMA_LOOKUP, HF_LOOKUP)]
+                shift = repeat % len(names)
+                for name in names[shift:] + names[:shift]:
+                    system = systems[name]
+                    if name in (PF_AUDIT, PF, PF_STREAM):
+                        system.forget()
+                    options = {"audit": name != PF, "stream": name == PF_STREAM}
+                    result = guard.measure(
+                        lambda s=system, p=prompt, o=options: s.run(p, args.max_tokens, **o)
+                    )
+                    result.update(workload=workload, prompt=index, system=name, repeat=repeat,
+                                  prompt_tokens=len(prompt))  # fmt: skip
+                    runs.append(result)
+                    rate = result["decode_tokens"] / max(result["decode_ns"], 1) * 1e9
+                    print(f"{workload}[{index}] {name} #{repeat}: prefill "
+                          f"{result['prefill_ns'] / 1e6:.0f} ms, decode {rate:.1f} tok/s",
+                          flush=True)  # fmt: skip
     return runs
 
 
 def run_session(systems: dict, workloads: dict, args, guard: Guard) -> dict:
-    session = {}
-    for name in (PF_AUDIT, RAM_SERVED, RAM_SHIPPED):
-        system = systems[name]
-        if name == PF_AUDIT:
+    """The review session on each system, `repeats` times in rotated order, each from a fresh
+    process that then sees each document once (untimed) before the six timed questions."""
+    names = [PF_AUDIT, RAM_SERVED, RAM_SHIPPED]
+    totals: dict = {name: [] for name in names}
+    last: dict = {}
+    for repeat in range(args.repeats):
+        shift = repeat % len(names)
+        for name in names[shift:] + names[:shift]:
+            system = systems[name]
             system.forget()
-        for prompt in workloads["session_warmup"]:  # each document seen once, untimed
-            system.run(prompt, 16, remember=True)
-        results = [
-            guard.measure(lambda s=system, p=p: s.run(p, args.session_tokens, remember=True))
-            for p in workloads["session"]
-        ]
-        session[name] = {
-            "e2e_s": round(sum(r["e2e_ns"] for r in results) / 1e9, 3),
-            "per_question_s": [round(r["e2e_ns"] / 1e9, 3) for r in results],
-            "cached_prompt_tokens": [r.get("cached_prompt_tokens") for r in results],
-            "max_foreign_cpu_share": round(max(r["foreign_cpu_share"] for r in results), 4),
+            for prompt in workloads["session_warmup"]:
+                system.run(prompt, 16, remember=True)
+            results = [
+                guard.measure(lambda s=system, p=p: s.run(p, args.session_tokens, remember=True))
+                for p in workloads["session"]
+            ]
+            totals[name].append(sum(r["e2e_ns"] for r in results) / 1e9)
+            last[name] = results
+            print(f"session {name} #{repeat}: {totals[name][-1]:.2f} s", flush=True)
+    return {
+        name: {
+            "e2e_s": round(statistics.median(totals[name]), 3),
+            "e2e_s_each": [round(t, 3) for t in totals[name]],
+            "per_question_s": [round(r["e2e_ns"] / 1e9, 3) for r in last[name]],
+            "cached_prompt_tokens": [r.get("cached_prompt_tokens") for r in last[name]],
+            "max_foreign_cpu_share": round(max(r["foreign_cpu_share"] for r in last[name]), 4),
         }
-        print(f"session {name}: {session[name]['e2e_s']} s", flush=True)
-    return session
+        for name in names
+    }
+
+
+def medians(runs: list[dict]) -> dict:
+    """Per (workload, prompt, system): the median of each timing over its repeats."""
+    grouped: dict = {}
+    for run in runs:
+        grouped.setdefault((run["workload"], run["prompt"], run["system"]), []).append(run)
+    out = {}
+    for key, group in grouped.items():
+        cell = dict(group[0])
+        for field in ("prefill_ns", "decode_ns", "e2e_ns", "audit_ns"):
+            if field in cell:
+                cell[field] = statistics.median(r[field] for r in group)
+        cell["repeats"] = len(group)
+        out[key] = cell
+    return out
 
 
 def summarise(runs: list[dict], curve: dict) -> dict:
-    by = {(r["workload"], r["prompt"], r["system"]): r for r in runs}
+    by = medians(runs)
     table = {}
     for workload in ("extraction", "summary", "open"):
         indices = sorted({r["prompt"] for r in runs if r["workload"] == workload})
@@ -199,8 +232,9 @@ def markdown(report: dict) -> str:
         f"greedy, at most {report['max_tokens']} new tokens; prompts from bench/data/heldout only.",
         "",
         "Decode ratio: decode tok/s over the faster of plain (served) and plain (Q4_1), per prompt "
-        "(median, worst, best over the prompts). Audit: decode time with the audit over without, "
-        "same tokens.",
+        "(median, worst, best over the prompts), each cell the median of "
+        f"{report['repeats']} interleaved repeats (llama lookup and hf lookup: one run). Audit: "
+        "decode time with the audit over without, same tokens.",
         "",
     ]
     for workload, cell in report["summary"]["cells"].items():
@@ -249,6 +283,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--session-tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=None, help="at most this many per workload")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per cell")
     parser.add_argument(
         "--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL)
     )
@@ -257,26 +292,22 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run; figures meaningless")
     args = parser.parse_args(argv)
     if args.quick:
-        args.prompts, args.max_tokens, args.session_tokens = 1, 16, 8
+        args.prompts, args.max_tokens, args.session_tokens, args.repeats = 1, 16, 8, 1
     postgres = setup_database(args.database_url, fresh=False)
 
     from django.conf import settings
 
     from bench.peers import HFAssisted, LlamaPeer, Pathfinder
     from decoding.engine.weights import default_gguf_path
-    from decoding.model_specs import default_model_file
+    from decoding.kinds.files import default_model_file
     from decoding.models import ModelSpec
 
     load = wait_for_quiet(args.max_load, 600)
     guard = Guard(0.12, 3, 600)
     served, shipped = default_model_file(), default_gguf_path()
     spec = ModelSpec.objects.get(name="smollm2-135m-instruct")
-    drafter = spec.drafter_settings
-    ngrams = {"min_ngram": drafter.get("min_ngram", 1), "max_ngram": drafter.get("max_ngram", 3)}
     n_ctx = 4096
-    draft_length = spec.default_params.get("draft_length", 16)
-    pathfinder = Pathfinder(served, args.threads, n_ctx, ngrams, draft_length,
-                            settings.PATHFINDER_PROMPT_CACHE_BYTES)  # fmt: skip
+    pathfinder = Pathfinder(spec, args.threads, n_ctx)
     systems = {
         PLAIN_SERVED: LlamaPeer(served, args.threads, n_ctx),
         PLAIN_SHIPPED: LlamaPeer(shipped, args.threads, n_ctx),
@@ -304,7 +335,12 @@ def main(argv=None) -> int:
         "postgres": postgres,
         "load": load,
         "max_tokens": args.max_tokens,
-        "ngrams": ngrams,
+        "repeats": args.repeats,
+        "spec": {
+            "drafter_settings": spec.drafter_settings,
+            "default_params": spec.default_params,
+            "prompt_cache_bytes": settings.PATHFINDER_PROMPT_CACHE_BYTES,
+        },  # fmt: skip
         "curve_ms": {n: round(c * 1e3, 2) for n, c in pathfinder.curve.items()},
         "guard": {"retried": guard.retried, "waited_s": round(guard.waited_s, 1)},
         "summary": summarise(runs, pathfinder.curve),

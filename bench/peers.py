@@ -30,12 +30,19 @@ class LlamaPeer:
             model_path=str(path), n_ctx=n_ctx, n_batch=512, n_threads=threads,
             n_threads_batch=threads, logits_all=bool(lookup), draft_model=draft, verbose=False,
         )  # fmt: skip
-        if ram_cache:
-            self.llama.set_cache(llama_cpp.LlamaRAMCache(capacity_bytes=2 << 30))
         self.ram_cache = ram_cache
+        self.forget()
         self.eos = self.llama.token_eos()
 
-    def run(self, prompt: list[int], max_tokens: int, *, cold: bool = True) -> dict:
+    def forget(self) -> None:
+        """A fresh process: an empty KV cache (and an empty RAM prompt cache, if it has one)."""
+        import llama_cpp
+
+        self.llama.reset()
+        if self.ram_cache:
+            self.llama.set_cache(llama_cpp.LlamaRAMCache(capacity_bytes=2 << 30))
+
+    def run(self, prompt: list[int], max_tokens: int, *, cold: bool = True, **_) -> dict:
         if self.ram_cache:
             return self._completion(prompt, max_tokens)
         if cold:
@@ -123,24 +130,25 @@ class NullSink(AuditSink):
 
 
 class Pathfinder:
-    """The engine as a worker runs the default spec: the served file with its prompt cache,
-    prompt lookup (the spec's n-grams) over the context and the matter's earlier jobs, the
-    match-driven schedule on the cost curve measured at load, its statistics carried from job
-    to job, and the real TrailSink into PostgreSQL (a trail opened and sealed per run)."""
+    """The engine as a worker runs a spec (the default): its models built through the same
+    kinds (decoding.kinds) — the served file with its prompt cache, prompt lookup with the
+    spec's n-grams over the context and the matter's earlier jobs — the match-driven schedule on
+    the cost curve measured at load, its statistics carried from job to job, and the real
+    TrailSink into PostgreSQL (a trail opened and sealed per run)."""
 
-    def __init__(self, path: Path, threads: int, n_ctx: int, ngrams: dict, draft_length: int,
-                 prompt_cache_bytes: int) -> None:  # fmt: skip
-        from decoding.engine import MatchStatistics, PromptLookupDrafter, measure_verify_cost
-        from decoding.engine.providers.llamacpp import LlamaCppProvider
+    def __init__(self, spec, threads: int, n_ctx: int) -> None:
+        from decoding.engine import MatchStatistics, measure_verify_cost
+        from decoding.kinds.registry import DRAFTER_KINDS, PROVIDER_KINDS
 
-        self.target = LlamaCppProvider(path, name="served", n_threads=threads, n_ctx=n_ctx,
-                                       prompt_cache_bytes=prompt_cache_bytes)  # fmt: skip
-        self.drafter = PromptLookupDrafter(self.target.vocab_size, **ngrams)
+        options = {**(spec.provider_settings or {}), "n_threads": threads, "n_ctx": n_ctx}
+        kind = PROVIDER_KINDS[spec.provider]
+        self.target = kind.build(spec.path, spec.revision, options, spec.name, draft=False)
+        self.drafter = DRAFTER_KINDS[spec.drafter].build(spec, self.target)
         warm = self.target.tokenizer.encode(
             "The verify cost is measured once, when the model loads."
         )
         self.curve = measure_verify_cost(self.target, warm)
-        self.draft_length = draft_length
+        self.draft_length = (spec.default_params or {}).get("draft_length", 16)
         self.statistics = MatchStatistics()
         self.references: list = []  # the session's earlier jobs (one matter)
         self.eos = self.target.tokenizer.eos_token_id

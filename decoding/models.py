@@ -5,6 +5,8 @@ import uuid
 
 from django.db import models
 
+from decoding.kinds.registry import DRAFTER_KINDS, PROVIDER_KINDS
+
 
 class Matter(models.Model):
     """A legal case. Jobs, keys and (later) reviewer grants are scoped to one."""
@@ -60,19 +62,13 @@ class ApiKey(models.Model):
         return self.expires_at is not None and self.expires_at <= now
 
 
+def _kind_choices(kinds: dict) -> list[tuple[str, str]]:
+    return [(name, kind.label) for name, kind in kinds.items()]
+
+
 class ModelSpec(models.Model):
     """A (draft, target) configuration that jobs name. Managed in the admin; validated when saved,
     so a pair that cannot work (different vocabularies) is refused then, never mid-request."""
-
-    class Provider(models.TextChoices):
-        LLAMACPP = "llamacpp", "llama.cpp (GGUF)"
-        TRANSFORMERS = "transformers", "Hugging Face transformers"
-        REMOTE = "remote", "an OpenAI-compatible server (prompt log-probabilities)"
-        STUB = "stub", "deterministic stub (tests and demos)"
-
-    class Drafter(models.TextChoices):
-        PROMPT_LOOKUP = "prompt_lookup", "prompt lookup (n-gram match in the context)"
-        DRAFT_MODEL = "draft_model", "draft model sharing the target's tokenizer"
 
     class Schedule(models.TextChoices):
         ADAPTIVE = "adaptive", "adaptive (measured verify cost)"
@@ -80,7 +76,8 @@ class ModelSpec(models.Model):
 
     name = models.SlugField(max_length=100, unique=True)
     description = models.TextField(blank=True)
-    provider = models.CharField(max_length=20, choices=Provider.choices)
+    # The kinds a spec can name, one class each (decoding.kinds.registry).
+    provider = models.CharField(max_length=20, choices=_kind_choices(PROVIDER_KINDS))
     path = models.CharField(
         max_length=500,
         blank=True,
@@ -88,7 +85,7 @@ class ModelSpec(models.Model):
     )
     revision = models.CharField(max_length=200, blank=True)
     provider_settings = models.JSONField(default=dict, blank=True)
-    drafter = models.CharField(max_length=20, choices=Drafter.choices)
+    drafter = models.CharField(max_length=20, choices=_kind_choices(DRAFTER_KINDS))
     drafter_settings = models.JSONField(
         default=dict,
         blank=True,

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from audit.keys import signing_key_create
-from decoding.model_specs import default_model_file
+from decoding.kinds.files import default_model_file
 from decoding.services import api_key_create
 
 

@@ -1,0 +1,57 @@
+"""What every kind of model provider and drafter a ModelSpec can name must say about itself.
+
+A kind is one class: how a spec naming it is checked when it is configured (metadata only,
+cheap enough for the admin's save button; errors name the offending field), what vocabulary
+and tokenizer it has, and how a worker builds it. A new file format, server or drafter is one
+new module in this package, listed in registry.py.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from decoding.engine import Drafter, Provider, Tokenizer
+
+
+class ProviderKind(ABC):
+    name: ClassVar[str]
+    label: ClassVar[str]
+
+    @abstractmethod
+    def vocab_size(self, path: str, *, field: str) -> int:
+        """The vocabulary size of the model at `path`, read from metadata; ValidationError
+        naming `field` when there is no such model."""
+
+    def check(self, options: dict, *, field: str) -> None:  # noqa: B027 - most need no options
+        """Refuse settings (`options`, the spec's `field`) that cannot work."""
+
+    @abstractmethod
+    def tokenizer(self, path: str) -> Tokenizer | None:
+        """The model's tokenizer without its weights (web processes tokenise with it)."""
+
+    @abstractmethod
+    def build(self, path: str, revision: str, options: dict, name: str, *, draft: bool) -> Provider:
+        """The loaded model, as a worker decodes with it (draft: it serves as a draft model)."""
+
+    def top_logprobs(self, options: dict) -> int | None:
+        """How many log-probabilities per position it returns, when it returns only some."""
+        return None
+
+
+class DrafterKind(ABC):
+    name: ClassVar[str]
+    label: ClassVar[str]
+
+    @abstractmethod
+    def check(self, spec, target_vocab: int) -> None:
+        """Refuse the spec's drafter_settings when they cannot work with its target
+        (ValidationError naming drafter_settings)."""
+
+    @abstractmethod
+    def build(self, spec, target: Provider) -> Drafter:
+        """The drafter a worker uses with the spec's loaded target."""
+
+    def draft_provider(self, spec) -> tuple[ProviderKind, dict] | None:
+        """The provider kind and options of the model it drafts with, when it uses one."""
+        return None
