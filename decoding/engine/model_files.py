@@ -54,7 +54,7 @@ def requantized(source: Path, cache_dir: Path, file_type: str) -> DerivedFile:
     expected = {"source_sha256": source_hash, "file_type": file_type, "quantizer": quantizer}
     with open(directory / f"{stem}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one process quantizes; the others wait and reuse
-        found = _verified(target, provenance, expected)
+        found = _verified(target, expected)
         if found is None:
             _quantize(source, target, file_type)
             found = weights_sha256(target)
@@ -67,26 +67,28 @@ def source_sha256(path: str | os.PathLike[str]) -> str:
     """The SHA-256 of the file `path` was made from, when it is a derived file whose provenance
     still holds; "" for a file loaded as given."""
     target = Path(path)
+    recorded = _provenance(target)
+    if recorded is None or recorded.get("sha256") != weights_sha256(target):
+        return ""
+    return recorded.get("source_sha256", "")
+
+
+def _provenance(target: Path) -> dict | None:
+    """The provenance record beside a derived file, or None when there is none to read."""
     provenance = target.with_suffix(".json")
-    if target.parent.name != "gguf" or not provenance.is_file():
-        return ""
-    try:
-        recorded = json.loads(provenance.read_text())
-    except ValueError:
-        return ""
-    expected = {key: recorded.get(key) for key in ("source_sha256", "file_type", "quantizer")}
-    return recorded["source_sha256"] if _verified(target, provenance, expected) else ""
-
-
-def _verified(target: Path, provenance: Path, expected: dict) -> str | None:
-    """The cached file's SHA-256 when it exists and matches its provenance, else None."""
     if not (target.is_file() and provenance.is_file()):
         return None
     try:
         recorded = json.loads(provenance.read_text())
     except ValueError:
         return None
-    if any(recorded.get(key) != value for key, value in expected.items()):
+    return recorded if isinstance(recorded, dict) else None
+
+
+def _verified(target: Path, expected: dict) -> str | None:
+    """The cached file's SHA-256 when it exists and matches its provenance, else None."""
+    recorded = _provenance(target)
+    if recorded is None or any(recorded.get(key) != value for key, value in expected.items()):
         return None
     actual = weights_sha256(target)
     return actual if recorded.get("sha256") == actual else None
