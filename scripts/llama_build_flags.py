@@ -19,10 +19,12 @@ import platform
 from pathlib import Path
 
 AVX512_BASE = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd")
-AVX512_EXTRAS = {  # CPU flag -> ggml option
-    "avx512_vnni": "GGML_AVX512_VNNI",
-    "avx512_vbmi": "GGML_AVX512_VBMI",
-    "avx512_bf16": "GGML_AVX512_BF16",
+# CPU flag as the kernel spells it in /proc/cpuinfo (arch/x86/include/asm/cpufeatures.h:
+# "avx512vbmi" has no underscore, "avx512_vnni" and "avx512_bf16" do) -> (ggml option, key part)
+AVX512_EXTRAS = {
+    "avx512_vnni": ("GGML_AVX512_VNNI", "vnni"),
+    "avx512vbmi": ("GGML_AVX512_VBMI", "vbmi"),
+    "avx512_bf16": ("GGML_AVX512_BF16", "bf16"),
 }
 AVX2_BASE = ("avx", "avx2", "fma", "f16c", "bmi2")
 NEVER = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
@@ -44,9 +46,9 @@ def build(flags: set[str], machine: str) -> tuple[str, list[str]]:
         extras = [flag for flag in AVX512_EXTRAS if flag in flags]
         options += ["-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON"]
         options += ["-DGGML_BMI2=ON", "-DGGML_AVX512=ON"]
-        options += [f"-D{AVX512_EXTRAS[flag]}={'ON' if flag in extras else 'OFF'}"
-                    for flag in AVX512_EXTRAS]  # fmt: skip
-        key = "-".join(["avx512", *(flag.removeprefix("avx512_") for flag in extras)])
+        options += [f"-D{option}={'ON' if flag in extras else 'OFF'}"
+                    for flag, (option, _) in AVX512_EXTRAS.items()]  # fmt: skip
+        key = "-".join(["avx512", *(AVX512_EXTRAS[flag][1] for flag in extras)])
         return key, options
     if all(flag in flags for flag in AVX2_BASE):
         on = ("GGML_AVX", "GGML_AVX2", "GGML_FMA", "GGML_F16C", "GGML_BMI2")
