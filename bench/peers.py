@@ -9,6 +9,7 @@ Pathfinder) and e2e_ns (the whole request).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 import uuid
@@ -133,8 +134,8 @@ class Pathfinder:
     """The engine as a worker runs a spec (the default): its models built through the same
     kinds (decoding.kinds) — the served file with its prompt cache, prompt lookup with the
     spec's n-grams over the context and the matter's earlier jobs — the match-driven schedule on
-    the cost curve measured at load, its statistics carried from job to job, and the real
-    TrailSink into PostgreSQL (a trail opened and sealed per run)."""
+    the cost curve measured at load, its statistics carried from job to job, and the worker's
+    audit sink into PostgreSQL (decoding.sinks.sink_for; a trail opened and sealed per run)."""
 
     def __init__(self, spec, threads: int, n_ctx: int) -> None:
         from decoding.engine import MatchStatistics, measure_verify_cost
@@ -175,23 +176,26 @@ class Pathfinder:
             Reference,
             SpeculativeDecoder,
         )  # fmt: skip
-        from decoding.sinks import TrailSink
+        from decoding.sinks import sink_for
 
         started = time.perf_counter_ns()
         trail = trail_open(job_id=uuid.uuid4(), attempt=1) if audit else None
-        sink = TrailSink(trail.id, head=(0, trail.head_hash)) if audit else NullSink()
-        decoder = SpeculativeDecoder(self.drafter, self.target, sink,
-                                     tokenizer=self.target.tokenizer)  # fmt: skip
         params = GenerationParams(max_tokens=max_tokens, temperature=0.0, top_k=0, top_p=1.0,
                                   seed=1, draft_length=self.draft_length,
                                   eos_token_id=self.eos)  # fmt: skip
-        steps = []
-        result = decoder.generate(
-            GenerationRequest(str(uuid.uuid4()), tuple(prompt), params),
-            schedule=MatchSchedule(self.draft_length, self.curve, self.statistics),
-            on_step=(lambda record: steps.append(record)) if stream else None,
-            references=list(reversed(self.references)),
-        )
+        commits = []
+        # The sink a worker would use: batched, or for a stream each step committed (in the
+        # background on PostgreSQL) and its reader told, here by counting the commit.
+        committed = (lambda: commits.append(1)) if stream else None
+        audited = audit and sink_for(trail.id, head=(0, trail.head_hash), committed=committed)
+        with audited or contextlib.nullcontext(NullSink()) as sink:
+            decoder = SpeculativeDecoder(self.drafter, self.target, sink,
+                                         tokenizer=self.target.tokenizer)  # fmt: skip
+            result = decoder.generate(
+                GenerationRequest(str(uuid.uuid4()), tuple(prompt), params),
+                schedule=MatchSchedule(self.draft_length, self.curve, self.statistics),
+                references=list(reversed(self.references)),
+            )
         if trail is not None:
             trail_seal(trail_id=trail.id, outcome="succeeded")
         ended = time.perf_counter_ns()
@@ -209,6 +213,7 @@ class Pathfinder:
             "steps": result.steps,
             "drafted": result.drafted,
             "accepted": result.accepted,
+            "stream_commits": len(commits),
         }
 
 

@@ -36,7 +36,7 @@ from decoding.engine import (
     SpeculativeDecoder,
 )
 from decoding.models import GenerationJob
-from decoding.sinks import TrailSink
+from decoding.sinks import sink_for
 from decoding.text import StopStrings, output_text
 
 logger = logging.getLogger(__name__)
@@ -79,26 +79,27 @@ def job_run(*, job_id: uuid.UUID) -> None:
         _owned(job.id, attempt).update(load_ms=round(load_ms, 1), lease_expires_at=_lease_until())
         # The question is on record before the first decision about it.
         request = trail_append(trail_id=trail.id, payload=job_request_payload(job, trail, models))
-        decoder = SpeculativeDecoder(
-            drafter=models.drafter,
-            target=models.target,
-            sink=TrailSink(trail.id, head=(request.seq + 1, request.record_hash)),
-            tokenizer=models.tokenizer,
-        )
         schedule = models.schedule(job.draft_length)
         stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
-        # A stream's steps are committed one by one and announced; otherwise records batch.
-        announce = (lambda record: events.publish(job.id)) if job.stream else None
-        result = decoder.generate(
-            request_for(job),
-            schedule=schedule,
-            stop=stop,
-            on_step=announce,
-            cancelled=_step_boundary(job.id, attempt),
-            references=references.references_for(job.matter_id, excluding=str(job.id))
-            if models.drafts_from_references
-            else (),
-        )
+        # A stream's reader is told after each step's commit; other jobs' records batch.
+        announce = (lambda: events.publish(job.id)) if job.stream else None
+        head = (request.seq + 1, request.record_hash)
+        with sink_for(trail.id, head=head, committed=announce) as sink:
+            decoder = SpeculativeDecoder(
+                drafter=models.drafter,
+                target=models.target,
+                sink=sink,
+                tokenizer=models.tokenizer,
+            )
+            result = decoder.generate(
+                request_for(job),
+                schedule=schedule,
+                stop=stop,
+                cancelled=_step_boundary(job.id, attempt),
+                references=references.references_for(job.matter_id, excluding=str(job.id))
+                if models.drafts_from_references
+                else (),
+            )
     except LostOwnership:
         logger.warning("attempt lost its job; stopping", extra=_log(job, attempt))
         return

@@ -1,11 +1,25 @@
-"""The engine's audit sink, backed by the audit store."""
+"""The engine's audit sinks, backed by the audit store.
 
+A job answered at the end batches its records (TrailSink). A stream's reader releases a step's
+tokens once it finds the step's record committed in the store, so a streamed job's records are
+committed as soon as each step is decided and its reader is told: on PostgreSQL by a thread of
+the sink's own while the decoder computes the next step (BackgroundTrailSink), elsewhere step
+by step on the decoder's thread (SteppedTrailSink). `sink_for` holds the choice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
+
+from django.db import connection
 
 from audit.chain import canonical_json
 from audit.store import trail_extend
-from decoding.engine import AuditSink, StepRecord
+from decoding.engine import AuditSink, AuditUnavailable, StepRecord
 from decoding.metrics import AUDIT_COMMIT_SECONDS
 
 # Records held before a commit is forced, when the decoder releases nothing in between: a
@@ -40,3 +54,112 @@ class TrailSink(AuditSink):
             )
             AUDIT_COMMIT_SECONDS.observe(time.perf_counter() - started)
             self._pending = []
+
+
+class SteppedTrailSink(AuditSink):
+    """A stream's sink on the decoder's thread: each record committed before record() returns,
+    then `committed` is called (the stream's reader told to look)."""
+
+    def __init__(self, sink: TrailSink, committed: Callable[[], None]):
+        self._sink = sink
+        self._committed = committed
+
+    def record(self, record: StepRecord) -> None:
+        self._sink.record(record)
+        self._sink.flush()
+        self._committed()
+
+
+class BackgroundTrailSink(AuditSink):
+    """A stream's sink that commits on a thread (and database connection) of its own, so a
+    step's commit overlaps the next step's computation instead of adding to it.
+
+    record() only queues; the thread commits whatever is queued in one append (records that
+    arrive during a commit go into the next: a group commit) and then calls `committed`. Once a
+    commit fails nothing more is committed, and the next record() or flush() raises
+    AuditUnavailable, so the decoder stops and its result is never released. close() ends the
+    thread; call it however decoding ends.
+    """
+
+    def __init__(self, sink: TrailSink, committed: Callable[[], None]):
+        self._sink = sink
+        self._committed = committed
+        self._queued: list[StepRecord] = []
+        self._busy = False
+        self._closing = False
+        self._error: BaseException | None = None
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(
+            target=self._commit_queued, name=f"audit-{sink.trail_id}", daemon=True
+        )
+        self._thread.start()
+
+    def record(self, record: StepRecord) -> None:
+        with self._changed:
+            self._raise_if_failed()
+            self._queued.append(record)
+            self._changed.notify_all()
+
+    def flush(self) -> None:
+        with self._changed:
+            while (self._queued or self._busy) and self._error is None:
+                self._changed.wait()
+            self._raise_if_failed()
+
+    def close(self) -> None:
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        self._thread.join()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise AuditUnavailable(
+                f"audit store could not commit a step of trail {self._sink.trail_id}"
+            ) from self._error
+
+    def _commit_queued(self) -> None:
+        try:
+            while True:
+                with self._changed:
+                    while not self._queued and not self._closing:
+                        self._changed.wait()
+                    if not self._queued:
+                        return
+                    batch, self._queued, self._busy = self._queued, [], True
+                for record in batch:
+                    self._sink.record(record)
+                self._sink.flush()
+                with self._changed:
+                    self._busy = False
+                    self._changed.notify_all()
+                self._committed()
+        except BaseException as exc:  # kept for the decoder's thread, which fails the job
+            with self._changed:
+                self._error, self._busy = exc, False
+                self._changed.notify_all()
+        finally:
+            connection.close()  # this thread's own connection, opened by its first commit
+
+
+@contextlib.contextmanager
+def sink_for(
+    trail_id: uuid.UUID, *, head: tuple[int, str], committed: Callable[[], None] | None = None
+) -> Iterator[AuditSink]:
+    """The sink for one attempt's steps, appended after `head`. Without `committed` the records
+    batch (a job answered at the end); with it (a stream) each step is committed as soon as it
+    is decided and `committed` is called after each commit: in the background on PostgreSQL
+    when the caller is in autocommit (a worker), whose commits need no lock on the trail; on the
+    decoder's thread otherwise (SQLite's single writer; a caller's open transaction, which
+    another connection could not see)."""
+    trail_sink = TrailSink(trail_id, head=head)
+    if committed is None:
+        yield trail_sink
+    elif connection.vendor == "postgresql" and not connection.in_atomic_block:
+        background = BackgroundTrailSink(trail_sink, committed)
+        try:
+            yield background
+        finally:
+            background.close()
+    else:
+        yield SteppedTrailSink(trail_sink, committed)
