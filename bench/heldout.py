@@ -24,7 +24,6 @@ seen each document once before (an untimed question), timed end to end.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import statistics
@@ -37,7 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from bench.database import setup_database  # noqa: E402
-from bench.machine import Guard, git_revision, load_average, machine, wait_for_quiet  # noqa: E402
+from bench.machine import Guard, load_average, run_facts, save_results, wait_for_quiet  # noqa: E402
 
 HELDOUT = ROOT / "bench" / "data" / "heldout"
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/pathfinder_bench"
@@ -324,12 +323,8 @@ def main(argv=None) -> int:
     runs = run_cells(systems, workloads, args, guard)
     session = run_session(systems, workloads, args, guard)
     load["after"] = load_average()
-    date = dt.date.today().isoformat()
     report = {
-        "date": date,
-        "command": "python bench/heldout.py" + (" --quick" if args.quick else ""),
-        "revision": git_revision(),
-        "machine": machine(),
+        **run_facts("heldout.py"),
         "runtime_version": pathfinder.target.identity.runtime_version,
         "served": f"{served.name} (sha256 {pathfinder.target.identity.sha256[:12]}…)",
         "postgres": postgres,
@@ -349,9 +344,7 @@ def main(argv=None) -> int:
     }
     text = markdown(report)
     if not args.quick:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"heldout-{date}.json").write_text(json.dumps(report, indent=1) + "\n")
-        (args.out / f"heldout-{date}.md").write_text(text)
+        save_results(args.out, "heldout", report, text)
     print(text)
     return 0
 

@@ -7,10 +7,13 @@ other processes used meanwhile and is measured again when that share is too high
 
 from __future__ import annotations
 
+import datetime as dt
 import gc
+import json
 import os
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -102,6 +105,11 @@ def wait_for_quiet(threshold: float, max_wait: float) -> dict:
     }
 
 
+# The /proc/cpuinfo flags that decide llama.cpp's build (scripts/llama_build_flags.py) and speed.
+SIMD_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512vbmi", "avx512_bf16",
+              "amx_tile")  # fmt: skip
+
+
 def machine() -> dict:
     info = {}
     cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -110,11 +118,8 @@ def machine() -> dict:
             info["cpu"] = line.split(":", 1)[1].strip()
             break
     flags = next((ln for ln in cpuinfo.splitlines() if ln.startswith("flags")), "")
-    info["simd"] = " ".join(
-        f
-        for f in ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni")
-        if f" {f} " in f" {flags.split(':', 1)[-1]} "
-    )
+    named = set(flags.split(":", 1)[-1].split())
+    info["simd"] = " ".join(f for f in SIMD_FLAGS if f in named)
     info["cores"] = os.cpu_count()
     meminfo = Path("/proc/meminfo").read_text().splitlines()
     total_kb = int(next(ln for ln in meminfo if ln.startswith("MemTotal")).split()[1])
@@ -152,3 +157,21 @@ def git_revision() -> str:
         return rev + (" (engine/audit files modified or untracked)" if dirty else "")
     except OSError:
         return "unknown"
+
+
+def run_facts(script: str) -> dict:
+    """What every result names first: its date, the command as run, the revision, the machine."""
+    return {
+        "date": dt.date.today().isoformat(),
+        "command": " ".join(["python", f"bench/{script}", *sys.argv[1:]]),
+        "revision": git_revision(),
+        "machine": machine(),
+    }
+
+
+def save_results(out: Path, stem: str, report: dict, text: str) -> None:
+    """<out>/<stem>-<date>.json (the report) and .md (its text)."""
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"{stem}-{report['date']}"
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / f"{name}.md").write_text(text)

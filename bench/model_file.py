@@ -22,7 +22,6 @@ choose anything else):
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import statistics
@@ -36,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from bench.machine import Guard, git_revision, load_average, machine, wait_for_quiet  # noqa: E402
+from bench.machine import Guard, load_average, run_facts, save_results, wait_for_quiet  # noqa: E402
 from decoding.engine.schedule import interpolated  # noqa: E402
 
 HELDOUT = ROOT / "bench" / "data" / "heldout"
@@ -269,21 +268,15 @@ def main(argv=None) -> int:
         results.append(result)
         print(json.dumps({k: v for k, v in result.items() if k != "outputs"}), flush=True)
     load["after"] = load_average()
-    date = dt.date.today().isoformat()
     report = {
-        "date": date,
-        "command": "python bench/model_file.py" + (" --quick" if args.quick else ""),
-        "revision": git_revision(),
-        "machine": machine(),
+        **run_facts("model_file.py"),
         "threads": args.threads,
         "repeats": args.repeats,
         "load": load,
         "results": results,
     }
     if not args.quick:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"model-file-{date}.json").write_text(json.dumps(report, indent=1) + "\n")
-        (args.out / f"model-file-{date}.md").write_text(markdown(report))
+        save_results(args.out, "model-file", report, markdown(report))
     print(markdown(report))
     return 0
 

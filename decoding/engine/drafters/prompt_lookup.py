@@ -113,11 +113,21 @@ def _longest_match(
 ) -> tuple[int, int] | None:
     """(end, length) of the longest run of hay, ending at hay[end] with end < stop, equal to the
     last tokens of needle (compared up to `longest` back); the latest end on ties."""
-    if stop < 1 or len(needle) == 0:
-        return None
-    ends = np.flatnonzero(hay[:stop] == needle[-1])
+    ends, length = match_lengths(hay, stop, needle, longest)
     if len(ends) == 0:
         return None
+    top = int(length.max())
+    return int(ends[length == top][-1]), top
+
+
+def match_lengths(
+    hay: np.ndarray, stop: int, needle: np.ndarray, longest: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every end < stop in hay where hay's run ending there equals needle's last token or more,
+    and how many of needle's last tokens (up to `longest`) it equals: (ends, lengths)."""
+    if stop < 1 or len(needle) == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    ends = np.flatnonzero(hay[:stop] == needle[-1])
     length = np.ones(len(ends), dtype=np.int64)
     alive = np.ones(len(ends), dtype=bool)
     for back in range(1, min(longest, len(needle))):
@@ -128,5 +138,4 @@ def _longest_match(
             break
         alive[live] = hay[earlier[live]] == needle[-1 - back]
         length += alive
-    top = int(length.max())
-    return int(ends[length == top][-1]), top
+    return ends, length
