@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/pathfinder
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/0
 TEST_CACHE_URL ?= redis://127.0.0.1:6379/1
+# The web processes the tests start refuse the development key with debug off, as production does.
+TEST_SECRET_KEY ?= tests-only-$(shell hostname)-not-a-production-secret-0123456789abcdef
 
 .PHONY: install run test lint schema format clean
 
@@ -46,7 +48,7 @@ run: install
 
 test: install
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) CACHE_URL=$(TEST_CACHE_URL) \
-		HF_HUB_OFFLINE=1 \
+		PATHFINDER_SECRET_KEY=$(TEST_SECRET_KEY) HF_HUB_OFFLINE=1 \
 		$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: install

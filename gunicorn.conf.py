@@ -7,6 +7,15 @@ worker's main thread keeps reporting to the arbiter, so long requests are not ki
 """
 
 worker_class = "gthread"
-threads = 8
+# PATHFINDER_WEB_MAX_WAITING (12) of them at most wait for jobs; the rest serve everyone else.
+threads = 16
 timeout = 60
 graceful_timeout = 30
+
+
+def post_worker_init(worker):
+    """A worker asked to stop ends its waiting requests at once (503 to each, its job
+    cancelled) instead of holding the shutdown for up to PATHFINDER_SYNC_TIMEOUT_S."""
+    from decoding.waiting import stop_waiting_on
+
+    stop_waiting_on()

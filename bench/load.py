@@ -81,6 +81,7 @@ class Stack:
             "PATHFINDER_LLAMA_THREADS": str(threads),
             "PATHFINDER_RATE_LIMIT": "1000000/minute",
             "PATHFINDER_LOG_LEVEL": "WARNING",
+            "PATHFINDER_SECRET_KEY": secrets.token_urlsafe(50),
         }
         self.log_dir = log_dir
         self.processes: list[subprocess.Popen] = []

@@ -149,6 +149,9 @@ class GenerationJob(models.Model):
     eos_token_id = models.PositiveIntegerField(null=True, blank=True)
     # A streamed job commits every step's record on its own, so each can be relayed at once.
     stream = models.BooleanField(default=False)
+    # Its caller holds a connection open until it ends (a /v1 request or a stream): counted
+    # against PATHFINDER_KEY_MAX_WAITING, and cancelled when that caller goes away.
+    caller_waits = models.BooleanField(default=False)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     # Delivery: when the job was last handed to the queue (the recovery sweep re-queues a job
     # whose message was lost), and the running attempt's lease, renewed while it decodes; an

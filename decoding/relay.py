@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from audit.models import DecisionRecord
@@ -19,6 +19,11 @@ from decoding.models import GenerationJob
 
 class JobTimeout(Exception):
     """The job did not finish within the time the caller would wait."""
+
+
+class AttemptChanged(Exception):
+    """The job moved to a new attempt (its worker died) after tokens of the old one were
+    relayed: the new attempt's trail cannot continue them."""
 
 
 @dataclass(frozen=True)
@@ -31,20 +36,33 @@ class Progress:
         return self.job.status in GenerationJob.FINISHED
 
 
-def follow(job_id: uuid.UUID, *, timeout: float) -> Iterator[Progress]:
+def follow(
+    job_id: uuid.UUID, *, timeout: float, check: Callable[[], None] | None = None
+) -> Iterator[Progress]:
     """Yield at every look: the tokens committed since the last (often none), until a last
-    Progress once the job ended.
+    Progress once the job ended. `check` is called before every look and may raise to end
+    the wait (decoding.waiting.watch).
 
     The job row is read before the records: once it says finished, every record was already
     committed (the seal comes after them), so the last read misses none.
     """
-    next_seq = 0
+    trail_id, next_seq, relayed = None, 0, False
     for _ in events.wakeups(job_id, timeout=timeout):
+        if check is not None:
+            check()
         job = GenerationJob.objects.select_related("model_spec").get(pk=job_id)
+        if job.trail_id != trail_id:
+            # A new attempt: from its first record if nothing was relayed yet, else never a mix.
+            if relayed:
+                raise AttemptChanged(
+                    f"job {job_id} moved to attempt {job.attempts} after part of its answer was "
+                    "sent; that part came from an abandoned attempt. Fetch the job for its answer."
+                )
+            trail_id, next_seq = job.trail_id, 0
         tokens: list[int] = []
-        if job.trail_id is not None:
+        if trail_id is not None:
             rows = (
-                DecisionRecord.objects.filter(trail_id=job.trail_id, seq__gte=next_seq)
+                DecisionRecord.objects.filter(trail_id=trail_id, seq__gte=next_seq)
                 .order_by("seq")
                 .values_list("seq", "kind", "payload")
             )
@@ -52,6 +70,7 @@ def follow(job_id: uuid.UUID, *, timeout: float) -> Iterator[Progress]:
                 if kind == DecisionRecord.Kind.DECISION:
                     tokens.extend(json.loads(payload)["emitted"])
                 next_seq = seq + 1
+        relayed = relayed or bool(tokens)
         progress = Progress(tokens, job)
         yield progress
         if progress.finished:
@@ -59,9 +78,14 @@ def follow(job_id: uuid.UUID, *, timeout: float) -> Iterator[Progress]:
     raise JobTimeout(f"job {job_id} did not finish within {timeout:g} s")
 
 
-def wait(job_id: uuid.UUID, *, timeout: float) -> GenerationJob:
-    """The job once it has ended; JobTimeout if it has not within `timeout` seconds."""
+def wait(
+    job_id: uuid.UUID, *, timeout: float, check: Callable[[], None] | None = None
+) -> GenerationJob:
+    """The job once it has ended; JobTimeout if it has not within `timeout` seconds. `check` is
+    called before every look and may raise to end the wait."""
     for _ in events.wakeups(job_id, timeout=timeout):
+        if check is not None:
+            check()
         job = GenerationJob.objects.select_related("model_spec").get(pk=job_id)
         if job.status in GenerationJob.FINISHED:
             return job

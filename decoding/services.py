@@ -5,16 +5,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import secrets
-import uuid
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from decoding import events, runtime
+from decoding import admission, events, runtime
 from decoding.models import ApiKey, GenerationJob, Matter, ModelSpec
 from decoding.prompts import Prompt
+from pathfinder_site import celery_app
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,8 @@ JOB_PARAM_FIELDS = (
     "eos_token_id",
 )
 
+
+RUN_GENERATION = "decoding.run_generation"  # the task decoding.tasks.run_generation
 
 # A running job looks for a cancel request at a step boundary at most this often (one query).
 CANCEL_CHECK_S = 0.2
@@ -111,13 +113,16 @@ def job_submit(
     stop: list[str] | None = None,
     request_id: str | None = None,
     stream: bool = False,
+    caller_waits: bool = False,
     enqueue: bool = True,
     **given,
 ) -> tuple[GenerationJob, bool]:
     """Store a job and queue it once the row is committed. Returns (job, created).
 
     A request_id already used under the same key returns the existing job instead of a new one.
-    With enqueue=False the caller runs the job itself (the `generate` command).
+    caller_waits: the caller holds its connection open until the job ends (a /v1 request, a
+    stream). OverCapacity (admission) when a cap is met; nothing is stored then. With
+    enqueue=False the caller runs the job itself (the `generate` command).
     """
     if request_id is not None:
         existing = GenerationJob.objects.filter(api_key=api_key, request_id=request_id).first()
@@ -125,6 +130,7 @@ def job_submit(
             return existing, False
     try:
         with transaction.atomic():
+            admission.admit(matter=matter, api_key=api_key, caller_waits=caller_waits)
             job = GenerationJob.objects.create(
                 matter=matter,
                 api_key=api_key,
@@ -135,10 +141,11 @@ def job_submit(
                 prompt_token_ids=prompt.token_ids,
                 stop=stop or [],
                 stream=stream,
+                caller_waits=caller_waits,
                 **job_params(spec, given),
             )
             if enqueue:
-                transaction.on_commit(lambda: _enqueue(job.id))
+                transaction.on_commit(lambda: _enqueue(job))
     except IntegrityError:
         # A concurrent request with the same request_id may have won the race.
         winner = GenerationJob.objects.filter(api_key=api_key, request_id=request_id).first()
@@ -148,12 +155,11 @@ def job_submit(
     return job, True
 
 
-def _enqueue(job_id: uuid.UUID) -> None:
-    from decoding.tasks import run_generation
-
+def _enqueue(job: GenerationJob) -> None:
+    job_id = job.id
     try:
         GenerationJob.objects.filter(pk=job_id).update(enqueued_at=timezone.now())
-        run_generation.delay(str(job_id))
+        _send(job)
     except Exception as exc:
         logger.error("could not queue job", extra={"job_id": str(job_id), "error": str(exc)})
         GenerationJob.objects.filter(pk=job_id, status=GenerationJob.Status.QUEUED).update(
@@ -164,26 +170,30 @@ def _enqueue(job_id: uuid.UUID) -> None:
         raise QueueUnavailable(str(exc)) from exc
 
 
+def _send(job: GenerationJob) -> None:
+    """Hand the job to the queue (by task name: the task module imports this one), placed by
+    its matter's share (admission.queue_priority)."""
+    celery_app.send_task(RUN_GENERATION, args=[str(job.id)], priority=admission.queue_priority(job))
+
+
 def jobs_recover() -> int:
     """Hand jobs whose message may be lost back to the queue: running jobs whose lease lapsed
     (their worker died), and jobs queued longer than PATHFINDER_REQUEUE_AFTER_S (a broker that
     restarted without persistence). A duplicate message is harmless: running is idempotent."""
-    from decoding.tasks import run_generation
-
     now = timezone.now()
     stale = now - dt.timedelta(seconds=settings.PATHFINDER_REQUEUE_AFTER_S)
     not_requeued_lately = Q(enqueued_at__lt=stale) | Q(enqueued_at=None)
     lost = GenerationJob.objects.filter(
         (Q(status=GenerationJob.Status.RUNNING, lease_expires_at__lt=now) & not_requeued_lately)
         | Q(status=GenerationJob.Status.QUEUED, enqueued_at__lt=stale)
-    ).values_list("pk", flat=True)[:1000]
+    ).only("pk", "matter_id")[:1000]
     requeued = 0
-    for job_id in lost:
-        GenerationJob.objects.filter(pk=job_id).update(enqueued_at=now)
+    for job in lost:
+        GenerationJob.objects.filter(pk=job.pk).update(enqueued_at=now)
         try:
-            run_generation.delay(str(job_id))
+            _send(job)
         except Exception as exc:
-            logger.error("could not re-queue job", extra={"job_id": str(job_id), "error": str(exc)})
+            logger.error("could not re-queue job", extra={"job_id": str(job.pk), "error": str(exc)})
             break  # the broker is down; the next sweep tries again
         requeued += 1
     if requeued:
@@ -198,7 +208,7 @@ def job_retry(*, job: GenerationJob) -> bool:
         status=GenerationJob.Status.QUEUED, error="", finished_at=None, lease_expires_at=None
     )
     if reset:
-        _enqueue(job.pk)
+        _enqueue(job)
     return bool(reset)
 
 

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 
+from django.conf import settings
 from django.db import connection
 
 from audit.chain import canonical_json
@@ -74,18 +75,23 @@ class BackgroundTrailSink(AuditSink):
     """A stream's sink that commits on a thread (and database connection) of its own, so a
     step's commit overlaps the next step's computation instead of adding to it.
 
-    record() only queues; the thread commits whatever is queued in one append (records that
-    arrive during a commit go into the next: a group commit) and then calls `committed`. Once a
-    commit fails nothing more is committed, and the next record() or flush() raises
-    AuditUnavailable, so the decoder stops and its result is never released. close() ends the
-    thread; call it however decoding ends.
+    record() only queues; the thread commits whatever is queued in one append, at most once
+    per `interval_s` (the steps decided meanwhile go into the next: a group commit), and then
+    calls `committed`. On a machine whose cores all decode, a commit's CPU (the database's
+    insert and trigger) is not hidden by the overlap; the interval bounds how often it is paid,
+    at the price of a chunk reaching the reader up to that much later. Once a commit fails
+    nothing more is committed, and the next record() or flush() raises AuditUnavailable, so
+    the decoder stops and its result is never released. close() ends the thread; call it
+    however decoding ends.
     """
 
-    def __init__(self, sink: TrailSink, committed: Callable[[], None]):
+    def __init__(self, sink: TrailSink, committed: Callable[[], None], *, interval_s: float):
         self._sink = sink
         self._committed = committed
+        self._interval_s = interval_s
         self._queued: list[StepRecord] = []
         self._busy = False
+        self._hurry = False  # someone waits for everything to be committed: no interval
         self._closing = False
         self._error: BaseException | None = None
         self._changed = threading.Condition()
@@ -102,8 +108,11 @@ class BackgroundTrailSink(AuditSink):
 
     def flush(self) -> None:
         with self._changed:
+            self._hurry = True
+            self._changed.notify_all()
             while (self._queued or self._busy) and self._error is None:
                 self._changed.wait()
+            self._hurry = False
             self._raise_if_failed()
 
     def close(self) -> None:
@@ -118,15 +127,24 @@ class BackgroundTrailSink(AuditSink):
                 f"audit store could not commit a step of trail {self._sink.trail_id}"
             ) from self._error
 
+    def _next_batch(self, last_commit: float) -> list[StepRecord]:
+        """What to commit next, once there is something and the interval since the last commit
+        has passed (at once for a flush or close); nothing once closing with nothing queued."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._queued or self._closing)
+            due = last_commit + self._interval_s
+            self._changed.wait_for(
+                lambda: self._hurry or self._closing, timeout=max(0.0, due - time.monotonic())
+            )
+            batch, self._queued = self._queued, []
+            self._busy = bool(batch)
+            return batch
+
     def _commit_queued(self) -> None:
+        last_commit = float("-inf")
         try:
-            while True:
-                with self._changed:
-                    while not self._queued and not self._closing:
-                        self._changed.wait()
-                    if not self._queued:
-                        return
-                    batch, self._queued, self._busy = self._queued, [], True
+            while batch := self._next_batch(last_commit):
+                last_commit = time.monotonic()
                 for record in batch:
                     self._sink.record(record)
                 self._sink.flush()
@@ -156,7 +174,8 @@ def sink_for(
     if committed is None:
         yield trail_sink
     elif connection.vendor == "postgresql" and not connection.in_atomic_block:
-        background = BackgroundTrailSink(trail_sink, committed)
+        interval_s = settings.PATHFINDER_STREAM_COMMIT_INTERVAL_MS / 1000
+        background = BackgroundTrailSink(trail_sink, committed, interval_s=interval_s)
         try:
             yield background
         finally:

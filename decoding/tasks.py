@@ -8,10 +8,10 @@ from django.conf import settings
 from audit.locks import run_exclusively
 from decoding.execution import LeaseHeld, job_run
 from decoding.replay import replay_run
-from decoding.services import jobs_recover
+from decoding.services import RUN_GENERATION, jobs_recover
 
 
-@shared_task(name="decoding.run_generation", bind=True, max_retries=None)
+@shared_task(name=RUN_GENERATION, bind=True, max_retries=None)
 def run_generation(self, job_id: str) -> None:
     try:
         job_run(job_id=uuid.UUID(job_id))

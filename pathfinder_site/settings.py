@@ -12,9 +12,36 @@ from .env import env_bool, env_float, env_int, env_list, env_str
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PATHFINDER_VAR_DIR", str(BASE_DIR / "var")))
 
-SECRET_KEY = env_str("PATHFINDER_SECRET_KEY", "insecure-development-key-set-PATHFINDER_SECRET_KEY")
+# The secret key: PATHFINDER_SECRET_KEY (or the file PATHFINDER_SECRET_KEY_FILE names), else
+# the random one `manage.py bootstrap_local` (make run) writes under var/, else a development
+# key that a web process refuses to serve with unless debug is on (pathfinder_site.checks).
+DEVELOPMENT_SECRET_KEY = "insecure-development-key-set-PATHFINDER_SECRET_KEY"
+PATHFINDER_LOCAL_SECRET_KEY_FILE = VAR_DIR / "secret-key"
+SECRET_KEY = env_str("PATHFINDER_SECRET_KEY", "") or (
+    PATHFINDER_LOCAL_SECRET_KEY_FILE.read_text().strip()
+    if PATHFINDER_LOCAL_SECRET_KEY_FILE.exists()
+    else DEVELOPMENT_SECRET_KEY
+)
 DEBUG = env_bool("PATHFINDER_DEBUG", False)
 ALLOWED_HOSTS = env_list("PATHFINDER_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+
+# --- HTTPS behind a proxy: off for the embedded default (plain HTTP on localhost) -----------------
+# Cookies only over HTTPS (session and CSRF).
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("PATHFINDER_SECURE_COOKIES", False)
+SECURE_HSTS_SECONDS = env_int("PATHFINDER_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("PATHFINDER_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("PATHFINDER_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = env_bool("PATHFINDER_SSL_REDIRECT", False)
+# Probes inside the network speak plain HTTP to the process: never redirected.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+# The header a TLS-terminating proxy sets to "https" (e.g. X-Forwarded-Proto); only behind a
+# proxy that always sets it, or clients could claim HTTPS.
+_PROXY_SSL_HEADER = env_str("PATHFINDER_PROXY_SSL_HEADER", "")
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _PROXY_SSL_HEADER.upper().replace("-", "_"), "https") if _PROXY_SSL_HEADER else None
+)
+# Origins (scheme://host[:port]) the portal's forms are posted from, behind a proxy.
+CSRF_TRUSTED_ORIGINS = env_list("PATHFINDER_CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -27,6 +54,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_prometheus",
+    "axes",
     "audit",
     "decoding",
     "reviewers",
@@ -43,6 +71,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -99,6 +128,16 @@ WHITENOISE_USE_FINDERS = True  # serve app static files even before collectstati
 # --- Reviewer portal: people log in with Django auth ----------------------------------------------
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/portal/"
+# django-axes counts failed logins (portal and admin) per username and per client address: at
+# the limit either is locked for the cool-off, whatever the password, answered 429.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("PATHFINDER_LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = env_int("PATHFINDER_LOGIN_LOCKOUT_MINUTES", 30, minimum=1) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
 
 # --- Request limits -------------------------------------------------------------------------------
 PATHFINDER_MAX_BODY_BYTES = env_int("PATHFINDER_MAX_BODY_BYTES", 1_048_576, minimum=1024)
@@ -150,6 +189,19 @@ REST_FRAMEWORK = {
 }
 # Requests per API key (DRF throttle rate syntax: "<n>/second|minute|hour|day"), counted in CACHES.
 PATHFINDER_RATE_LIMIT = env_str("PATHFINDER_RATE_LIMIT", "600/minute")
+# A streamed job's records are committed at most this often (ms; the steps decided meanwhile go
+# into one commit): a chunk reaches its reader up to this much later, and on a CPU whose cores
+# all decode the database's work per commit is paid that much less often. 0: every step.
+PATHFINDER_STREAM_COMMIT_INTERVAL_MS = env_int(
+    "PATHFINDER_STREAM_COMMIT_INTERVAL_MS", 50, minimum=0
+)
+# Fair share (decoding.admission): requests one API key may have waiting for their jobs or
+# streaming them at once, and jobs one matter may have queued; over either, 429 naming it.
+PATHFINDER_KEY_MAX_WAITING = env_int("PATHFINDER_KEY_MAX_WAITING", 4, minimum=1)
+PATHFINDER_MATTER_MAX_QUEUED = env_int("PATHFINDER_MATTER_MAX_QUEUED", 64, minimum=1)
+# Waiting requests one web process holds at once, whoever sends them: below its threads
+# (gunicorn.conf.py), so some are always free for everyone else (health checks, the portal).
+PATHFINDER_WEB_MAX_WAITING = env_int("PATHFINDER_WEB_MAX_WAITING", 12, minimum=1)
 # How long POST /v1/completions and /v1/chat/completions wait for a non-streamed job.
 PATHFINDER_SYNC_TIMEOUT_S = env_int("PATHFINDER_SYNC_TIMEOUT_S", 300, minimum=1)
 
@@ -238,10 +290,18 @@ CELERY_TASK_ACKS_LATE = True  # safe because run_generation claims its job atomi
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("PATHFINDER_TASK_TIME_LIMIT", 3600, minimum=1)
+# Queue priorities a job can be sent at (Redis only; kombu's filesystem transport is FIFO).
+PATHFINDER_QUEUE_PRIORITIES = 10
 if CELERY_BROKER_URL.startswith("redis"):
     # Redis redelivers an unacknowledged message after this long: it must exceed the longest
     # task, or a job still decoding would be handed to a second worker (which then waits).
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 600}
+    # Priorities (decoding.admission.queue_priority): one list per step, 0 taken first.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": CELERY_TASK_TIME_LIMIT + 600,
+        "priority_steps": list(range(PATHFINDER_QUEUE_PRIORITIES)),
+        "sep": ":",
+        "queue_order_strategy": "priority",
+    }
 # A running attempt renews its lease while it decodes; a lapsed lease means its worker died.
 PATHFINDER_JOB_LEASE_S = env_int("PATHFINDER_JOB_LEASE_S", 60, minimum=2)
 PATHFINDER_MAX_ATTEMPTS = env_int("PATHFINDER_MAX_ATTEMPTS", 3, minimum=1)

@@ -11,6 +11,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from decoding.admission import OverCapacity
 from decoding.services import QueueUnavailable
 
 _FIELD_FOR = {
@@ -31,6 +32,10 @@ def error_response(status_code: int, code: str, field: str | None, message: str,
 def exception_handler(exc, context):
     if isinstance(exc, exceptions.ValidationError):
         return _validation_error(exc)
+    if isinstance(exc, OverCapacity):
+        response = error_response(429, "over_capacity", None, str(exc))
+        response["Retry-After"] = str(exc.retry_after_s)
+        return response
     if isinstance(exc, RequestDataTooBig):
         return error_response(413, "payload_too_large", "body", f"body: {exc}")
     if isinstance(exc, (DatabaseError, QueueUnavailable)):

@@ -18,7 +18,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from decoding import relay, runtime, services
+from decoding import relay, runtime, services, waiting
 from decoding.api.serializers import GenerationInput
 from decoding.models import GenerationJob, ModelSpec
 from decoding.selectors import AnswerNotRecorded, job_answer
@@ -75,24 +75,44 @@ class _Generate(OpenAIView):
         data.is_valid(raise_exception=True)
         native = _native_input(data.native())
         stream = data.validated_data["stream"]
-        job, _ = services.job_submit(
-            matter=request.auth.matter, api_key=request.auth, stream=stream, **native
-        )
+        slot = waiting.WaitSlot()  # before the job exists: a refusal leaves nothing behind
+        try:
+            job, _ = services.job_submit(
+                matter=request.auth.matter,
+                api_key=request.auth,
+                stream=stream,
+                caller_waits=True,
+                **native,
+            )
+        except BaseException:
+            slot.release()
+            raise
         headers = {"X-Pathfinder-Job": str(job.id)}
+        check = waiting.watch(request)
         if stream:
             options = data.validated_data.get("stream_options") or {}
-            events = _sse(job, self.kind, include_usage=options.get("include_usage", False))
-            response = StreamingHttpResponse(events, content_type="text/event-stream")
+            chunks = _sse(job, self.kind, check, include_usage=options.get("include_usage", False))
+            body = waiting.HeldWhileStreaming(chunks, slot)
+            response = StreamingHttpResponse(body, content_type="text/event-stream")
             response["Cache-Control"] = "no-cache"
             response["X-Accel-Buffering"] = "no"  # proxies must pass chunks on at once
             for name, value in headers.items():
                 response[name] = value
             return response
-        try:
-            job = relay.wait(job.id, timeout=settings.PATHFINDER_SYNC_TIMEOUT_S)
-        except relay.JobTimeout as exc:
-            _cancel_quietly(job)
-            return _with(openai_error(504, f"{exc}; it was cancelled.", code="timeout"), headers)
+        with slot:
+            try:
+                job = relay.wait(job.id, timeout=settings.PATHFINDER_SYNC_TIMEOUT_S, check=check)
+            except relay.JobTimeout as exc:
+                _cancel_quietly(job)
+                message = f"{exc}; it was cancelled."
+                return _with(openai_error(504, message, code="timeout"), headers)
+            except waiting.CallerGone:
+                _cancel_quietly(job)  # nobody is left to read its answer
+                logger.info("caller left; job cancelled", extra={"job_id": str(job.id)})
+                return _with(openai_error(499, "client closed the request", code="gone"), headers)
+            except waiting.ServiceStopping:
+                _cancel_quietly(job)
+                return _with(_stopping(job), headers)
         if job.status == GenerationJob.Status.FAILED:
             return _with(_failure(job), headers)
         return Response(shapes.response(job, self.kind), headers=headers)
@@ -156,6 +176,13 @@ def _with(response: Response, headers: dict) -> Response:
     return response
 
 
+def _stopping(job: GenerationJob) -> Response:
+    message = f"the service is stopping; job {job.id} was cancelled. Retry shortly."
+    response = openai_error(503, message, code="service_stopping")
+    response["Retry-After"] = "5"
+    return response
+
+
 def _cancel_quietly(job: GenerationJob) -> None:
     with contextlib.suppress(services.JobFinished):
         services.job_cancel(job=job)
@@ -179,14 +206,16 @@ def _closing(job: GenerationJob, kind: str, text: TextStream, rest: str, *, firs
         yield _event(shapes.usage_chunk(job, answer, kind))
 
 
-def _sse(job: GenerationJob, kind: str, *, include_usage: bool):
+def _sse(job: GenerationJob, kind: str, check, *, include_usage: bool):
     """The stream: a chunk per batch of committed tokens, the last chunk, then [DONE]. A client
-    that leaves (or a timeout) cancels the job at its next step boundary."""
+    that leaves (or a timeout, or the service stopping) cancels the job at its next step
+    boundary; a job that moved to a new attempt after tokens were sent ends with an error."""
     text = TextStream(runtime.tokenizer_for(job.model_spec), job.stop)
     first, done = True, False
     last_write = time.monotonic()
     try:
-        for progress in relay.follow(job.id, timeout=settings.PATHFINDER_SYNC_TIMEOUT_S):
+        timeout = settings.PATHFINDER_SYNC_TIMEOUT_S
+        for progress in relay.follow(job.id, timeout=timeout, check=check):
             if progress.finished:
                 ended = progress.job
                 if ended.status == GenerationJob.Status.FAILED:
@@ -208,6 +237,15 @@ def _sse(job: GenerationJob, kind: str, *, include_usage: bool):
     except relay.JobTimeout as exc:
         yield _event(openai_error(504, f"{exc}; it was cancelled.", code="timeout").data)
         yield b"data: [DONE]\n\n"
+    except relay.AttemptChanged as exc:
+        yield _event(openai_error(500, str(exc), code="attempt_changed").data)
+        yield b"data: [DONE]\n\n"
+        done = True  # the new attempt decodes on: its answer can be fetched
+    except waiting.ServiceStopping:
+        yield _event(_stopping(job).data)
+        yield b"data: [DONE]\n\n"
+    except waiting.CallerGone:
+        pass  # nobody to write to; the job is cancelled below
     finally:
         if not done:
             _cancel_quietly(job)

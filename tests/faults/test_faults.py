@@ -110,15 +110,18 @@ def assert_nothing_lost(stack: FaultStack, job_ids: list[str], timeout: float = 
     return jobs
 
 
+def kill_worker(stack: FaultStack, worker: str) -> None:
+    """SIGKILL the Celery worker (master and pool child) of `host:pid`: a machine lost."""
+    pid = int(worker.rsplit(":", 1)[1])
+    victim = next(p for p in stack.processes.values() if p.popen.pid == os.getpgid(pid))
+    os.killpg(victim.popen.pid, signal.SIGKILL)
+
+
 def test_a_worker_killed_mid_decode_loses_nothing(fault_stack):
     stack = fault_stack
     job_ids = submit_jobs(stack, 4)
     job_id, worker = wait_until(lambda: a_running_job_with_records(stack))
-    pid = int(worker.rsplit(":", 1)[1])
-    victim = next(
-        p for p in stack.processes.values() if p.popen.pid == os.getpgid(pid)
-    )  # the Celery worker (master and pool child) the job runs in
-    os.killpg(victim.popen.pid, signal.SIGKILL)  # a machine lost, mid-decode
+    kill_worker(stack, worker)  # mid-decode
 
     jobs = assert_nothing_lost(stack, job_ids)
     assert jobs[job_id]["status"] == "succeeded"
@@ -131,6 +134,39 @@ def test_a_worker_killed_mid_decode_loses_nothing(fault_stack):
     assert len(attempts) >= 2
     assert attempts[0][1] == "abandoned" and attempts[-1][1] == "succeeded"
     assert attempts[1][2] == attempts[0][3]  # the new trail links the abandoned one
+
+
+def test_a_stream_whose_worker_dies_never_mixes_two_attempts(fault_stack):
+    stack = fault_stack
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 200, "ignore_eos": True,
+            "temperature": 0.8, "seed": 5, "stream": True}  # fmt: skip
+    response = requests.post(stack.url("/v1/completions"), json=body, headers=auth(stack.api_key),
+                             stream=True, timeout=120)  # fmt: skip
+    assert response.status_code == 200, response.text
+    job_id = response.headers["X-Pathfinder-Job"]
+    text, errors, killed = "", [], False
+    for line in response.iter_lines():
+        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            continue
+        event = json.loads(line[len(b"data: ") :])
+        if "error" in event:
+            errors.append(event["error"])
+            continue
+        text += event["choices"][0]["text"] or ""
+        if text and not killed:  # part of the answer is out: its worker dies now
+            (worker,) = rows(stack, "SELECT worker FROM decoding_generationjob WHERE id = %s",
+                             job_id)[0]  # fmt: skip
+            kill_worker(stack, worker)
+            killed = True
+    assert killed
+    jobs = assert_nothing_lost(stack, [job_id])
+    assert jobs[job_id]["status"] == "succeeded"
+    answer = get(stack, f"/api/v1/generations/{job_id}").json()["output_text"]
+    # Either the stream is the job's answer, or it says it broke off: never a mix of attempts.
+    if errors:
+        assert [e["code"] for e in errors] == ["attempt_changed"], errors
+    else:
+        assert text == answer
 
 
 def test_postgresql_restarted_mid_job_loses_nothing(fault_stack):

@@ -11,6 +11,7 @@ from decoding.execution import job_run
 from decoding.models import GenerationJob, ModelSpec
 from decoding.prompts import Prompt
 from decoding.services import api_key_create, job_submit
+from pathfinder_site import celery_app
 
 JOB_DEFAULTS = {
     "max_tokens": 30,
@@ -83,3 +84,30 @@ def run_job(owner):
         return job
 
     return run
+
+
+@pytest.fixture
+def fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def sent_jobs(monkeypatch) -> list[str]:
+    """The job ids handed to the queue (the broker itself is exercised by tests/system and
+    tests/faults; here: which jobs are sent), with the priority each was sent at in
+    `sent_jobs.priorities`."""
+    sent = SentJobs()
+
+    def send_task(name, args, priority):
+        assert name == "decoding.run_generation"
+        sent.append(args[0])
+        sent.priorities.append(priority)
+
+    monkeypatch.setattr(celery_app, "send_task", send_task)
+    return sent
+
+
+class SentJobs(list):
+    def __init__(self):
+        super().__init__()
+        self.priorities: list[int] = []

@@ -134,7 +134,7 @@ def test_an_attempt_that_lost_its_job_stops_and_writes_no_output(submitted, monk
     assert job.status == "running" and job.output_token_ids == []  # the new owner's to finish
 
 
-def test_the_sweep_requeues_lapsed_and_long_queued_jobs(submitted, settings, monkeypatch):
+def test_the_sweep_requeues_lapsed_and_long_queued_jobs(submitted, settings, sent_jobs):
     settings.PATHFINDER_REQUEUE_AFTER_S = 60
     queued_long_ago = submitted()
     GenerationJob.objects.filter(pk=queued_long_ago.pk).update(
@@ -144,10 +144,7 @@ def test_the_sweep_requeues_lapsed_and_long_queued_jobs(submitted, settings, mon
     GenerationJob.objects.filter(pk=fresh.pk).update(enqueued_at=timezone.now())
     lapsed = submitted()
     died_mid_decode(lapsed)
-    sent = []
-    monkeypatch.setattr(
-        "decoding.tasks.run_generation.delay", lambda job_id: sent.append(job_id)
-    )  # the broker itself is exercised by tests/faults; here: which jobs are chosen
+    sent = sent_jobs
     assert services.jobs_recover() == 2
     assert sorted(sent) == sorted([str(queued_long_ago.pk), str(lapsed.pk)])
     assert services.jobs_recover() == 0  # re-queued just now: not again until the next period
@@ -159,11 +156,10 @@ def test_periodic_work_runs_once_while_its_lock_is_held(db):
     assert run_exclusively("audit.create_checkpoint", 60, lambda: "ran") == "ran"
 
 
-def test_an_operator_retries_a_failed_job_as_a_new_attempt(run_job, monkeypatch):
+def test_an_operator_retries_a_failed_job_as_a_new_attempt(run_job, sent_jobs):
     job = run_job(max_tokens=5)
     GenerationJob.objects.filter(pk=job.pk).update(status="failed", error="disk full")
-    sent = []
-    monkeypatch.setattr("decoding.tasks.run_generation.delay", lambda job_id: sent.append(job_id))
+    sent = sent_jobs
     job.refresh_from_db()
     assert services.job_retry(job=job)
     assert sent == [str(job.pk)]

@@ -43,15 +43,12 @@ def test_an_operator_creates_a_key_whose_secret_is_shown_once_and_works(operator
     assert api.get("/api/v1/generations").status_code == 401
 
 
-def test_operators_retry_a_failed_job_and_cancel_a_queued_one(
-    operator, owner, run_job, monkeypatch
-):
+def test_operators_retry_a_failed_job_and_cancel_a_queued_one(operator, owner, run_job, sent_jobs):
     failed = run_job(max_tokens=3)
     GenerationJob.objects.filter(pk=failed.pk).update(status="failed", error="disk full")
     queued = owner.api.post("/api/v1/generations", {"prompt_token_ids": [1]}, format="json")
     queued = GenerationJob.objects.get(pk=queued.json()["id"])
-    sent = []
-    monkeypatch.setattr("decoding.tasks.run_generation.delay", lambda job_id: sent.append(job_id))
+    sent = sent_jobs
 
     operator.post(
         "/admin/decoding/generationjob/",

@@ -77,7 +77,7 @@ def test_a_worker_in_autocommit_on_postgresql_streams_through_the_background_sin
 
 def test_the_background_sink_tells_the_reader_only_after_a_commit_and_has_all_before_the_result():
     inner, told = SlowSink(delay=0.002), []
-    sink = BackgroundTrailSink(inner, lambda: told.append(len(inner.committed)))
+    sink = BackgroundTrailSink(inner, lambda: told.append(len(inner.committed)), interval_s=0)
     try:
         result = decode(sink, max_tokens=60)
         committed = list(inner.committed)  # when generate() returned
@@ -91,7 +91,7 @@ def test_the_background_sink_tells_the_reader_only_after_a_commit_and_has_all_be
 
 def test_steps_decided_during_a_slow_commit_go_into_the_next_one():
     inner = SlowSink(delay=0.05)
-    sink = BackgroundTrailSink(inner, lambda: None)
+    sink = BackgroundTrailSink(inner, lambda: None, interval_s=0)
     try:
         result = decode(sink, max_tokens=60)
     finally:
@@ -100,9 +100,22 @@ def test_steps_decided_during_a_slow_commit_go_into_the_next_one():
     assert inner.flushes < result.steps  # a group commit, not one per step
 
 
+def test_commits_come_at_most_once_per_interval_but_a_flush_does_not_wait_for_it():
+    inner, told = SlowSink(), []
+    sink = BackgroundTrailSink(inner, lambda: told.append(len(inner.committed)), interval_s=30)
+    started = time.monotonic()
+    try:
+        result = decode(sink, max_tokens=60)
+    finally:
+        sink.close()
+    assert time.monotonic() - started < 10
+    assert len(inner.committed) == result.steps > 3
+    assert inner.flushes <= 2 and told[-1] == result.steps  # the first steps, then the rest
+
+
 def test_a_commit_that_fails_ends_the_stream_and_nothing_more_is_committed():
     inner, told = SlowSink(fail_on=2), []
-    sink = BackgroundTrailSink(inner, lambda: told.append(len(inner.committed)))
+    sink = BackgroundTrailSink(inner, lambda: told.append(len(inner.committed)), interval_s=0)
     with pytest.raises(AuditUnavailable) as failure:
         try:
             decode(sink, max_tokens=400)

@@ -29,7 +29,8 @@ from .helpers import (
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
-UNSET = ("DATABASE_URL", "CELERY_BROKER_URL", "PATHFINDER_TASK_QUEUE", "PATHFINDER_QUEUE_DIR")
+UNSET = ("DATABASE_URL", "CELERY_BROKER_URL", "PATHFINDER_TASK_QUEUE", "PATHFINDER_QUEUE_DIR",
+         "PATHFINDER_SECRET_KEY")  # fmt: skip
 
 
 def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tmp_path):
@@ -48,6 +49,11 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
 
     migrated = manage(env, "migrate", "--noinput")
     assert migrated.returncode == 0, describe(migrated)
+    # As `make run`: the first run makes the installation's own secret key (and the rest).
+    bootstrapped = manage(env, "bootstrap_local")
+    assert bootstrapped.returncode == 0, describe(bootstrapped)
+    secret = var_dir / "secret-key"
+    assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_text().strip()) >= 50
     api_key = last_line(manage(env, "create_api_key", "--matter", "embedded", "k"))
     port = free_port()
     serve = start_process(

@@ -1,5 +1,5 @@
-"""First-run setup for the embedded default: the log's signing key, the default model file, a
-local admin user and an API key, printed."""
+"""First-run setup for the embedded default: its secret key, the log's signing key, the default
+model file, a local admin user and an API key, printed."""
 
 import os
 import secrets
@@ -11,12 +11,16 @@ from django.core.management.base import BaseCommand
 from audit.keys import signing_key_create
 from decoding.kinds.files import default_model_file
 from decoding.services import api_key_create
+from pathfinder_site.secret_key import local_secret_key_create
 
 
 class Command(BaseCommand):
     help = "Create a local admin user and a fresh API key for the 'local' matter (for make run)."
 
     def handle(self, *args, **options):
+        secret_file = settings.PATHFINDER_LOCAL_SECRET_KEY_FILE
+        if local_secret_key_create(secret_file):
+            self.stdout.write(f"Created the secret key {secret_file} (mode 0600).")
         key, made = signing_key_create()
         if made:
             self.stdout.write(

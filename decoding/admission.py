@@ -1,0 +1,81 @@
+"""Fair share: how much of the service one key or one matter may hold at once, and the order in
+which matters' jobs reach the workers.
+
+The caps are counted in the database, under a lock on the key's or matter's row, so they hold
+across every web process; a refused request changes nothing and is told which cap it met and
+when to try again (429, Retry-After).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from django.conf import settings
+
+from decoding.models import ApiKey, GenerationJob, Matter
+
+RETRY_AFTER_DEFAULT_S = 5
+
+
+class OverCapacity(Exception):
+    """A cap was met: `setting` names it, `retry_after_s` says when a slot is likely free."""
+
+    def __init__(self, setting: str, message: str, retry_after_s: int):
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
+        self.retry_after_s = retry_after_s
+
+
+def admit(*, matter: Matter, api_key: ApiKey | None, caller_waits: bool) -> None:
+    """Raise OverCapacity if one more job of this matter (waited on by its caller, or not)
+    would exceed a cap. Call it inside the transaction that creates the job: it locks the rows
+    whose jobs it counts, so two concurrent requests cannot both take the last slot."""
+    Matter.objects.select_for_update().filter(pk=matter.pk).first()
+    queued = GenerationJob.objects.filter(matter=matter, status=GenerationJob.Status.QUEUED)
+    cap = settings.PATHFINDER_MATTER_MAX_QUEUED
+    if queued.count() >= cap:
+        raise OverCapacity(
+            "PATHFINDER_MATTER_MAX_QUEUED",
+            f"this matter already has {cap} jobs queued; retry once some have started.",
+            _retry_after(GenerationJob.objects.filter(matter=matter)),
+        )
+    if not caller_waits or api_key is None:
+        return
+    ApiKey.objects.select_for_update().filter(pk=api_key.pk).first()
+    waiting = GenerationJob.objects.filter(api_key=api_key, caller_waits=True).exclude(
+        status__in=GenerationJob.FINISHED
+    )
+    cap = settings.PATHFINDER_KEY_MAX_WAITING
+    if waiting.count() >= cap:
+        raise OverCapacity(
+            "PATHFINDER_KEY_MAX_WAITING",
+            f"this key already has {cap} requests waiting for their jobs or streaming them; "
+            "retry when one has finished.",
+            _retry_after(GenerationJob.objects.filter(api_key=api_key)),
+        )
+
+
+def queue_priority(job: GenerationJob) -> int:
+    """The job's place in the queue: how many other jobs of its matter are queued or running
+    (fewer go first), so a matter with a backlog cannot hold back another's first job by more
+    than about one job."""
+    in_flight = (
+        GenerationJob.objects.filter(matter_id=job.matter_id)
+        .exclude(status__in=GenerationJob.FINISHED)
+        .exclude(pk=job.pk)
+        .count()
+    )
+    return min(in_flight, settings.PATHFINDER_QUEUE_PRIORITIES - 1)  # Redis: 0 goes first
+
+
+def _retry_after(jobs) -> int:
+    """Seconds a typical recent job of these took from start to finish (at least 1)."""
+    recent = (
+        jobs.filter(finished_at__isnull=False, started_at__isnull=False)
+        .order_by("-finished_at")
+        .values_list("started_at", "finished_at")[:20]
+    )
+    seconds = [(finished - started).total_seconds() for started, finished in recent]
+    if not seconds:
+        return RETRY_AFTER_DEFAULT_S
+    return max(1, round(statistics.median(seconds)))

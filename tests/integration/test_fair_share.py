@@ -1,0 +1,157 @@
+"""Fair share, in one process: the caps per key and per matter (429 naming the cap, with
+Retry-After, nothing stored), the web process's wait slots, the queue priority of a matter's
+next job, a wait that ends when its caller leaves or the service stops, and a stream that never
+mixes two attempts' trails. (A flood against real gunicorn and Celery: tests/system.)"""
+
+from __future__ import annotations
+
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+from audit.store import trail_append, trail_open
+from decoding import relay, waiting
+from decoding.admission import OverCapacity, admit
+from decoding.models import GenerationJob, ModelSpec
+from decoding.prompts import Prompt
+from decoding.services import job_submit
+
+STUB = {"model": "stub", "prompt": [1, 2, 3], "max_tokens": 4}
+
+
+def submit(owner, *, caller_waits=False, matter=None):
+    job, _ = job_submit(
+        matter=matter or owner.key.matter,
+        api_key=owner.key,
+        spec=ModelSpec.objects.get(name="stub"),
+        prompt=Prompt([1, 2, 3], ""),
+        caller_waits=caller_waits,
+        max_tokens=4,
+    )
+    return job
+
+
+def test_a_matter_over_its_queued_cap_gets_a_429_naming_it_and_nothing_is_stored(owner, settings):
+    settings.PATHFINDER_MATTER_MAX_QUEUED = 2
+    for _ in range(2):  # queued: in a test transaction nothing is handed to a worker
+        response = owner.api.post("/api/v1/generations", {"prompt_token_ids": [1]}, format="json")
+        assert response.status_code == 202
+    refused = owner.api.post("/api/v1/generations", {"prompt_token_ids": [1]}, format="json")
+    assert refused.status_code == 429
+    error = refused.json()["error"]
+    assert error["code"] == "over_capacity"
+    assert error["message"].startswith("PATHFINDER_MATTER_MAX_QUEUED:")
+    assert int(refused["Retry-After"]) >= 1
+    assert GenerationJob.objects.count() == 2
+
+
+def test_a_key_over_its_waiting_cap_gets_a_429_on_v1_and_other_keys_do_not(
+    owner, outsider, settings
+):
+    settings.PATHFINDER_KEY_MAX_WAITING = 2
+    for _ in range(2):
+        submit(owner, caller_waits=True)
+    refused = owner.api.post("/v1/completions", STUB, format="json")
+    assert refused.status_code == 429
+    error = refused.json()["error"]
+    assert error["type"] == "rate_limit_error" and error["code"] == "over_capacity"
+    assert "PATHFINDER_KEY_MAX_WAITING" in error["message"]
+    assert int(refused["Retry-After"]) >= 1
+    assert GenerationJob.objects.count() == 2
+    # Jobs nobody waits on (the native API) do not count, nor do another key's waits.
+    admit(matter=owner.key.matter, api_key=owner.key, caller_waits=False)
+    admit(matter=outsider.key.matter, api_key=outsider.key, caller_waits=True)
+
+
+def test_a_finished_wait_frees_its_place(owner, settings):
+    settings.PATHFINDER_KEY_MAX_WAITING = 1
+    job = submit(owner, caller_waits=True)
+    with pytest.raises(OverCapacity):
+        admit(matter=owner.key.matter, api_key=owner.key, caller_waits=True)
+    GenerationJob.objects.filter(pk=job.pk).update(status=GenerationJob.Status.CANCELLED)
+    admit(matter=owner.key.matter, api_key=owner.key, caller_waits=True)
+
+
+def test_a_web_process_holds_at_most_its_wait_slots(settings):
+    settings.PATHFINDER_WEB_MAX_WAITING = 2
+    first, second = waiting.WaitSlot(), waiting.WaitSlot()
+    with pytest.raises(OverCapacity) as refused:
+        waiting.WaitSlot()
+    assert refused.value.setting == "PATHFINDER_WEB_MAX_WAITING"
+    first.release()
+    first.release()  # twice is once: a slot is never given back twice
+    third = waiting.WaitSlot()
+    with pytest.raises(OverCapacity):
+        waiting.WaitSlot()
+    second.release()
+    third.release()
+
+
+def test_a_matter_with_fewer_jobs_in_flight_is_sent_at_a_higher_priority(
+    owner, outsider, sent_jobs, django_capture_on_commit_callbacks
+):
+    for _ in range(12):  # each handed to the queue as it is committed
+        with django_capture_on_commit_callbacks(execute=True):
+            submit(owner)
+    with django_capture_on_commit_callbacks(execute=True):
+        other = submit(outsider)
+    assert sent_jobs.priorities[:12] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9]
+    assert (sent_jobs[-1], sent_jobs.priorities[-1]) == (str(other.id), 0)  # Redis: 0 goes first
+
+
+def test_a_wait_ends_when_its_caller_closes_the_connection():
+    ours, theirs = socket.socketpair()
+    check = waiting.watch(SimpleNamespace(META={"gunicorn.socket": ours}))
+    check()  # open and quiet: still waiting
+    theirs.sendall(b"x")  # a pipelined byte is not a goodbye
+    check()
+    theirs.close()
+    with pytest.raises(waiting.CallerGone):
+        check()
+    ours.close()
+
+
+def test_every_wait_ends_once_the_service_is_stopping(owner):
+    job = submit(owner, caller_waits=True)
+    waiting.STOPPING.set()
+    try:
+        with pytest.raises(waiting.ServiceStopping):
+            relay.wait(job.id, timeout=5, check=waiting.watch(SimpleNamespace(META={})))
+    finally:
+        waiting.STOPPING.clear()
+
+
+def _decision(emitted):
+    return {"v": 2, "kind": "decision", "step": 0, "emitted": emitted}
+
+
+def _new_attempt(job):
+    trail = trail_open(job_id=job.id, attempt=job.attempts + 1, previous_id=job.trail_id)
+    GenerationJob.objects.filter(pk=job.pk).update(trail_id=trail.id, attempts=job.attempts + 1)
+    return trail
+
+
+def test_a_stream_restarts_on_a_new_attempt_when_nothing_was_relayed(owner):
+    job = submit(owner, caller_waits=True)
+    job.refresh_from_db()
+    _new_attempt(job)  # the first attempt's worker died before its first step
+    job.refresh_from_db()
+    looks = relay.follow(job.id, timeout=5)
+    assert next(looks).token_ids == []
+    second = _new_attempt(job)
+    trail_append(trail_id=second.id, payload=_decision([5, 6]))
+    assert next(looks).token_ids == [5, 6]  # from the new attempt's trail, from its start
+
+
+def test_a_stream_never_mixes_two_attempts_trails(owner):
+    job = submit(owner, caller_waits=True)
+    first = _new_attempt(job)
+    trail_append(trail_id=first.id, payload=_decision([7]))
+    job.refresh_from_db()
+    looks = relay.follow(job.id, timeout=5)
+    assert next(looks).token_ids == [7]
+    second = _new_attempt(job)
+    trail_append(trail_id=second.id, payload=_decision([8, 9]))
+    with pytest.raises(relay.AttemptChanged):
+        next(looks)
