@@ -12,7 +12,9 @@ guarded (bench/machine.py). Systems (bench/peers.py):
   hf lookup          transformers assisted generation (prompt lookup) on the GGUF in float32
   pathfinder+audit   the engine as the worker runs the default spec, records into PostgreSQL
   pathfinder         the same without the audit (NullSink)
-  pathfinder stream  with the audit, committing and releasing step by step as a stream does
+  pathfinder stream  with the audit, streamed as a worker streams: the steps' records committed
+                     beside the decoder, at most every PATHFINDER_STREAM_COMMIT_INTERVAL_MS
+  pathfinder stream, each step   the same with every step committed on its own (interval 0)
   llama RAM cache    llama-cpp-python with set_cache(LlamaRAMCache()) (review session only)
 
 Workloads: extraction (quote a clause), summary, open text: each prompt once per system from an
@@ -43,8 +45,10 @@ DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/pathfinder_bench"
 PLAIN_SERVED, PLAIN_SHIPPED = "plain (served)", "plain (Q4_1)"
 LLAMA_LOOKUP, HF_LOOKUP = "llama lookup", "hf lookup"
 PF_AUDIT, PF, PF_STREAM = "pathfinder+audit", "pathfinder", "pathfinder stream"
+PF_STREAM_EACH = "pathfinder stream, each step"  # PATHFINDER_STREAM_COMMIT_INTERVAL_MS=0
+PATHFINDER_SYSTEMS = (PF_AUDIT, PF, PF_STREAM, PF_STREAM_EACH)
 RAM_SERVED, RAM_SHIPPED = "llama RAM cache (served)", "llama RAM cache (Q4_1)"
-CELL_SYSTEMS = [PLAIN_SERVED, PLAIN_SHIPPED, LLAMA_LOOKUP, HF_LOOKUP, PF_AUDIT, PF, PF_STREAM]
+CELL_SYSTEMS = [PLAIN_SERVED, PLAIN_SHIPPED, LLAMA_LOOKUP, HF_LOOKUP, *PATHFINDER_SYSTEMS]
 
 
 def prompts(tokenizer) -> dict:
@@ -94,9 +98,11 @@ def run_cells(systems: dict, workloads: dict, args, guard: Guard) -> list[dict]:
                 shift = repeat % len(names)
                 for name in names[shift:] + names[:shift]:
                     system = systems[name]
-                    if name in (PF_AUDIT, PF, PF_STREAM):
+                    if name in PATHFINDER_SYSTEMS:
                         system.forget()
-                    options = {"audit": name != PF, "stream": name == PF_STREAM}
+                    streams = name in (PF_STREAM, PF_STREAM_EACH)
+                    each = 0 if name == PF_STREAM_EACH else None
+                    options = {"audit": name != PF, "stream": streams, "stream_interval_ms": each}
                     result = guard.measure(
                         lambda s=system, p=prompt, o=options: s.run(p, args.max_tokens, **o)
                     )
@@ -181,11 +187,12 @@ def summarise(runs: list[dict], curve: dict) -> dict:
                 "prefill_tok_s_median": round(statistics.median(prefill), 1),
                 "e2e_s_median": round(statistics.median(e2e), 3),
             }
-        audit, stream, identical = [], [], []
+        audit, stream, stream_each, identical = [], [], [], []
         for i in indices:
             base = by[(workload, i, PF)]["decode_ns"]
             audit.append(by[(workload, i, PF_AUDIT)]["decode_ns"] / base - 1)
             stream.append(by[(workload, i, PF_STREAM)]["decode_ns"] / base - 1)
+            stream_each.append(by[(workload, i, PF_STREAM_EACH)]["decode_ns"] / base - 1)
             identical.append(
                 by[(workload, i, PF_AUDIT)]["tokens"] == by[(workload, i, PLAIN_SERVED)]["tokens"]
             )
@@ -197,6 +204,7 @@ def summarise(runs: list[dict], curve: dict) -> dict:
             "audit_share_worst": round(max(audit), 4),
             "stream_audit_share_median": round(statistics.median(stream), 4),
             "stream_audit_share_worst": round(max(stream), 4),
+            "stream_each_step_audit_share_median": round(statistics.median(stream_each), 4),
             "greedy_identical_to_plain": f"{sum(identical)} of {len(identical)}",
             "acceptance": round(
                 sum(r["accepted"] for r in pf) / max(sum(r["drafted"] for r in pf), 1), 3
@@ -253,8 +261,9 @@ def markdown(report: dict) -> str:
             f"step; audit {100 * cell['audit_share_median']:.1f}% of decode (worst "
             f"{100 * cell['audit_share_worst']:.1f}%), streamed "
             f"{100 * cell['stream_audit_share_median']:.1f}% "
-            f"(worst {100 * cell['stream_audit_share_worst']:.1f}%); greedy output identical to "
-            f"plain (served) on {cell['greedy_identical_to_plain']} prompts.",
+            f"(worst {100 * cell['stream_audit_share_worst']:.1f}%; committing each step "
+            f"{100 * cell['stream_each_step_audit_share_median']:.1f}%); greedy output identical "
+            f"to plain (served) on {cell['greedy_identical_to_plain']} prompts.",
             "",
         ]
     session = report["session"]
@@ -314,6 +323,7 @@ def main(argv=None) -> int:
         PF_AUDIT: pathfinder,
         PF: pathfinder,
         PF_STREAM: pathfinder,
+        PF_STREAM_EACH: pathfinder,
         RAM_SERVED: LlamaPeer(served, args.threads, n_ctx, ram_cache=True),
         RAM_SHIPPED: LlamaPeer(shipped, args.threads, n_ctx, ram_cache=True),
     }

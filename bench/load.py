@@ -42,6 +42,9 @@ PROMPTS = [
     "Write two sentences about the sea.",
 ]
 FINISHED = {"succeeded", "failed", "cancelled"}
+# The detailed /readyz (worker count) wants the metrics token.
+OPS_TOKEN = secrets.token_urlsafe(16)
+OPS_HEADERS = {"Authorization": f"Bearer {OPS_TOKEN}"}
 
 
 def free_port() -> int:
@@ -82,6 +85,7 @@ class Stack:
             "PATHFINDER_RATE_LIMIT": "1000000/minute",
             "PATHFINDER_LOG_LEVEL": "WARNING",
             "PATHFINDER_SECRET_KEY": secrets.token_urlsafe(50),
+            "PATHFINDER_METRICS_TOKEN": OPS_TOKEN,
         }
         self.log_dir = log_dir
         self.processes: list[subprocess.Popen] = []
@@ -105,7 +109,7 @@ class Stack:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                ready = requests.get(f"{self.base}/readyz", timeout=5).json()
+                ready = requests.get(f"{self.base}/readyz", headers=OPS_HEADERS, timeout=5).json()
                 if ready["ready"] and ready["checks"]["workers"]["count"] >= 2:
                     return key
             except (requests.RequestException, ValueError):

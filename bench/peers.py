@@ -165,7 +165,8 @@ class Pathfinder:
         self.statistics = MatchStatistics()
 
     def run(self, prompt: list[int], max_tokens: int, *, audit: bool = True,
-            stream: bool = False, remember: bool = False, **_) -> dict:  # fmt: skip
+            stream: bool = False, stream_interval_ms: int | None = None,
+            remember: bool = False, **_) -> dict:  # fmt: skip
         import numpy as np
 
         from audit.store import trail_open, trail_seal
@@ -187,7 +188,8 @@ class Pathfinder:
         # The sink a worker would use: batched, or for a stream each step committed (in the
         # background on PostgreSQL) and its reader told, here by counting the commit.
         committed = (lambda: commits.append(1)) if stream else None
-        audited = audit and sink_for(trail.id, head=(0, trail.head_hash), committed=committed)
+        audited = audit and sink_for(trail.id, head=(0, trail.head_hash), committed=committed,
+                                     interval_ms=stream_interval_ms)  # fmt: skip
         with audited or contextlib.nullcontext(NullSink()) as sink:
             decoder = SpeculativeDecoder(self.drafter, self.target, sink,
                                          tokenizer=self.target.tokenizer)  # fmt: skip

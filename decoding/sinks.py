@@ -162,19 +162,26 @@ class BackgroundTrailSink(AuditSink):
 
 @contextlib.contextmanager
 def sink_for(
-    trail_id: uuid.UUID, *, head: tuple[int, str], committed: Callable[[], None] | None = None
+    trail_id: uuid.UUID,
+    *,
+    head: tuple[int, str],
+    committed: Callable[[], None] | None = None,
+    interval_ms: int | None = None,
 ) -> Iterator[AuditSink]:
     """The sink for one attempt's steps, appended after `head`. Without `committed` the records
     batch (a job answered at the end); with it (a stream) each step is committed as soon as it
     is decided and `committed` is called after each commit: in the background on PostgreSQL
     when the caller is in autocommit (a worker), whose commits need no lock on the trail; on the
     decoder's thread otherwise (SQLite's single writer; a caller's open transaction, which
-    another connection could not see)."""
+    another connection could not see). interval_ms: at most one commit per this many ms
+    (default PATHFINDER_STREAM_COMMIT_INTERVAL_MS)."""
     trail_sink = TrailSink(trail_id, head=head)
     if committed is None:
         yield trail_sink
     elif connection.vendor == "postgresql" and not connection.in_atomic_block:
-        interval_s = settings.PATHFINDER_STREAM_COMMIT_INTERVAL_MS / 1000
+        if interval_ms is None:
+            interval_ms = settings.PATHFINDER_STREAM_COMMIT_INTERVAL_MS
+        interval_s = interval_ms / 1000
         background = BackgroundTrailSink(trail_sink, committed, interval_s=interval_s)
         try:
             yield background

@@ -222,6 +222,14 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# --- Operations endpoints ------------------------------------------------------------------------
+# A bearer token /metrics and the detailed /readyz require; empty: /metrics is open (a private
+# network's scraper) and /readyz only ever says ready or not.
+PATHFINDER_METRICS_TOKEN = env_str("PATHFINDER_METRICS_TOKEN", "")
+# Readiness (its broker and worker checks) and the database gauges are recomputed at most this
+# often per process, so a storm of probes or scrapes costs one check per interval.
+PATHFINDER_OPS_CACHE_S = env_float("PATHFINDER_OPS_CACHE_S", 5.0)
+
 # --- Cache: the throttles' counters. Shared Redis in production; per-process memory embedded ----
 CACHE_URL = env_str("CACHE_URL", "")
 CACHES = {

@@ -1,6 +1,9 @@
-"""/readyz names what is missing; /metrics reports the deployment's jobs and this process's
-counters in Prometheus' text format."""
+"""/readyz names what is missing to the holder of the metrics token and only ready or not to
+anyone else; /metrics reports the deployment's jobs and this process's counters in Prometheus'
+text format, behind the token when one is set; both are computed once per interval however
+often they are asked."""
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from audit.log import checkpoint_create
@@ -15,12 +18,26 @@ def samples(text: str) -> dict:
     }
 
 
-def test_readyz_is_503_naming_the_missing_worker_and_reports_audit_upkeep(client, run_job):
+TOKEN = "ops-token-for-tests"
+
+
+@pytest.fixture
+def ops(settings):
+    settings.PATHFINDER_OPS_CACHE_S = 0
+    settings.PATHFINDER_METRICS_TOKEN = TOKEN
+    return {"HTTP_AUTHORIZATION": f"Bearer {TOKEN}"}
+
+
+def test_readyz_is_503_naming_the_missing_worker_and_reports_audit_upkeep(client, run_job, ops):
     # No Celery worker consumes this test process's queue (system-test workers use their own).
     run_job(max_tokens=3)
     verify_everything()
     checkpoint_create()
-    response = client.get("/readyz")
+    public = client.get("/readyz")
+    assert (public.status_code, public.json()) == (503, {"ready": False})  # no host, no error
+    wrong = client.get("/readyz", HTTP_AUTHORIZATION="Bearer not-it")
+    assert wrong.json() == {"ready": False}
+    response = client.get("/readyz", **ops)
     assert response.status_code == 503
     body = response.json()
     checks = body["checks"]
@@ -33,10 +50,11 @@ def test_readyz_is_503_naming_the_missing_worker_and_reports_audit_upkeep(client
     assert checks["checkpoint"]["tree_size"] >= 1 and checks["checkpoint"]["age_s"] < 60
 
 
-def test_metrics_reports_jobs_by_status_and_speculation_counters(client, run_job):
-    before = samples(client.get("/metrics").content.decode())
+def test_metrics_reports_jobs_by_status_and_speculation_counters(client, run_job, ops):
+    assert client.get("/metrics").status_code == 401  # the token is set
+    before = samples(client.get("/metrics", **ops).content.decode())
     job = run_job(max_tokens=40, draft_length=4)
-    response = client.get("/metrics")
+    response = client.get("/metrics", **ops)
     assert response.status_code == 200
     after = samples(response.content.decode())
     assert after[("pathfinder_jobs", (("status", "succeeded"),))] >= 1
@@ -51,3 +69,17 @@ def test_metrics_reports_jobs_by_status_and_speculation_counters(client, run_job
     assert grew("pathfinder_jobs_finished_total", (("status", "succeeded"),)) == 1
     assert grew("pathfinder_audit_commit_seconds_count") >= 1
     assert any(name.startswith("django_http_requests") for name, _ in after)
+
+
+def test_readiness_and_gauges_are_computed_once_per_interval(client, settings, monkeypatch):
+    from pathfinder_site import health
+
+    settings.PATHFINDER_OPS_CACHE_S = 60
+    settings.PATHFINDER_METRICS_TOKEN = ""
+    inspected = []
+    real = health._workers
+    monkeypatch.setattr(health, "_workers", lambda: inspected.append(1) or real())
+    for _ in range(20):
+        assert client.get("/readyz").status_code in (200, 503)
+    assert len(inspected) <= 1  # at most one broker broadcast, not twenty
+    assert client.get("/metrics").status_code == 200  # no token set: open, as before

@@ -44,6 +44,8 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
     env |= {
         "PATHFINDER_VAR_DIR": str(var_dir),
         "PATHFINDER_LOG_LEVEL": "WARNING",
+        "PATHFINDER_METRICS_TOKEN": "embedded-ops-token",
+        "PATHFINDER_OPS_CACHE_S": "0",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
     }
 
@@ -81,10 +83,12 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
 
         # Operators' endpoints work on the embedded default too: its worker answers the
         # readiness ping over the filesystem queue, and /metrics sees the worker's counters.
-        ready = requests.get(stack.url("/readyz"), timeout=30)
+        assert requests.get(stack.url("/readyz"), timeout=30).json() == {"ready": True}
+        token = {"Authorization": f"Bearer {env['PATHFINDER_METRICS_TOKEN']}"}
+        ready = requests.get(stack.url("/readyz"), headers=token, timeout=30)
         assert ready.status_code == 200, ready.text
         assert ready.json()["checks"]["workers"]["count"] == 1
-        metrics = requests.get(stack.url("/metrics"), timeout=30).text
+        metrics = requests.get(stack.url("/metrics"), headers=token, timeout=30).text
         assert 'pathfinder_jobs{status="succeeded"} 1.0' in metrics
         assert "pathfinder_decode_steps_total" in metrics
 
