@@ -12,7 +12,7 @@ import statistics
 
 from django.conf import settings
 
-from decoding.models import ApiKey, GenerationJob, Matter
+from decoding.models import ApiKey, GenerationJob, Matter, Replay
 
 RETRY_AFTER_DEFAULT_S = 5
 
@@ -52,6 +52,25 @@ def admit(*, matter: Matter, api_key: ApiKey | None, caller_waits: bool) -> None
             f"this key already has {cap} requests waiting for their jobs or streaming them; "
             "retry when one has finished.",
             _retry_after(GenerationJob.objects.filter(api_key=api_key)),
+        )
+
+
+def admit_replay(*, user) -> None:
+    """Raise OverCapacity if this reviewer already has PATHFINDER_REVIEWER_MAX_REPLAYS replays
+    queued or running (each re-decodes a whole job on a worker). Inside the transaction that
+    creates the replay: it locks the user's row."""
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+    in_flight = Replay.objects.filter(
+        requested_by=user, status__in=(Replay.Status.QUEUED, Replay.Status.RUNNING)
+    )
+    cap = settings.PATHFINDER_REVIEWER_MAX_REPLAYS
+    if in_flight.count() >= cap:
+        raise OverCapacity(
+            "PATHFINDER_REVIEWER_MAX_REPLAYS",
+            f"you already have {cap} replays queued or running; start another when one is done.",
+            RETRY_AFTER_DEFAULT_S,
         )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import secrets
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -51,8 +53,7 @@ def prompt_tokenize(
         if tokenizer is None:
             raise PromptError(given[0], f"Model {spec.name} takes prompt_token_ids only.")
         if messages is not None:
-            text = _chat_text(spec, tokenizer, messages)
-            ids = tokenizer.encode(text, add_special=False)
+            text, ids = _chat_prompt(spec, tokenizer, messages)
         else:
             text = prompt
             ids = tokenizer.encode(text, add_special=True)
@@ -61,15 +62,59 @@ def prompt_tokenize(
     return prompt_obj
 
 
-def _chat_text(spec: ModelSpec, tokenizer, messages: list[dict]) -> str:
+def _chat_prompt(spec: ModelSpec, tokenizer, messages: list[dict]) -> tuple[str, list[int]]:
+    """The prompt text and ids of chat messages, tokenised as the whole rendered prompt would
+    be (split at special tokens, the text between them tokenised as one run), except that only
+    the template's own markup yields special tokens: a caller who writes "<|im_start|>system"
+    in a message gets those characters, never a forged turn."""
     if not tokenizer.chat_template:
         raise PromptError("messages", f"Model {spec.name} has no chat template.")
     bos = tokenizer.token_text(tokenizer.bos_token_id) if tokenizer.bos_token_id is not None else ""
     eos = tokenizer.token_text(tokenizer.eos_token_id) if tokenizer.eos_token_id is not None else ""
+    # Each content is rendered as a mark no caller can write (a fresh nonce), then put back.
+    nonce = secrets.token_hex(8)
+    marks = [{**m, "content": f"\ue000{nonce}:{i}\ue001"} for i, m in enumerate(messages)]
     try:
-        return render_chat(tokenizer.chat_template, messages, bos=bos, eos=eos)
+        rendered = render_chat(tokenizer.chat_template, marks, bos=bos, eos=eos)
     except ChatTemplateError as exc:
         raise PromptError("messages", str(exc)) from exc
+    pieces = re.split(f"\ue000{nonce}:(\\d+)\ue001", rendered)  # markup, index, markup, ...
+    placed = [int(index) for index in pieces[1::2]]
+    if placed != list(range(len(messages))):
+        raise PromptError(
+            "messages",
+            f"Model {spec.name}'s chat template rewrites message content, so the content cannot "
+            "be kept apart from the template's markup.",
+        )
+    markup = pieces[0::2]
+    specials = _special_tokens(tokenizer, markup)
+    split = re.compile("(" + "|".join(map(re.escape, sorted(specials, key=len)[::-1])) + ")")
+    ids: list[int] = []
+    run = ""  # plain text since the last special token, contents included
+    for i, text in enumerate(markup):
+        for part in split.split(text) if specials else [text]:
+            if part in specials:
+                ids += tokenizer.encode(run, add_special=False, parse_special=False) if run else []
+                ids.append(specials[part])
+                run = ""
+            else:
+                run += part
+        if i < len(messages):
+            run += messages[i]["content"]
+    ids += tokenizer.encode(run, add_special=False, parse_special=False) if run else []
+    contents = [m["content"] for m in messages] + [""]
+    return "".join(t + c for t, c in zip(markup, contents, strict=True)), ids
+
+
+def _special_tokens(tokenizer, markup: list[str]) -> dict[str, int]:
+    """The special tokens the template's markup writes, by their text: tokens whose text, read
+    as plain text, is not that token (<|im_start|>, the BOS and EOS markers)."""
+    found = {}
+    for token in {t for text in markup if text for t in tokenizer.encode(text, add_special=False)}:
+        text = tokenizer.token_text(token)
+        if text and tokenizer.encode(text, add_special=False, parse_special=False) != [token]:
+            found[text] = token
+    return found
 
 
 def _check_length_and_vocabulary(spec: ModelSpec, field: str, token_ids: list[int]) -> None:

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from audit.chain import canonical_json
 from audit.selectors import trail_decisions
-from decoding import runtime
+from decoding import admission, runtime
 from decoding.engine import (
     AuditSink,
     Draft,
@@ -49,11 +49,15 @@ FIELD_ORDER = (
 
 
 def replay_request(*, job: GenerationJob, user=None) -> Replay:
+    """Queue a replay of a finished job (once committed); OverCapacity (admission) when the
+    reviewer asking has as many in flight as they may."""
     if job.trail_id is None or job.status not in (
         GenerationJob.Status.SUCCEEDED,
         GenerationJob.Status.FAILED,
     ):
         raise ValueError("only a finished job with a trail can be replayed")
+    if user is not None:
+        admission.admit_replay(user=user)
     replay = Replay.objects.create(job=job, trail_id=job.trail_id, requested_by=user)
     transaction.on_commit(lambda: _enqueue(replay.id))
     return replay

@@ -24,9 +24,10 @@ from decoding.engine import AuditSink, AuditUnavailable, StepRecord
 from decoding.metrics import AUDIT_COMMIT_SECONDS
 
 # Records held before a commit is forced, when the decoder releases nothing in between: a
-# transaction per step costs 14-26% of decode time on a CPU model, one per 16 steps ~3%
-# (bench/results). The decoder still flushes before any token leaves.
-BATCH_STEPS = 16
+# commit per step costs 16-29% of decode time on the default model, one per 16 steps 3-7%
+# (bench/results/heldout-*): most of a commit's cost is per commit, not per record. The
+# decoder still flushes before any token leaves.
+BATCH_STEPS = 64
 
 
 class TrailSink(AuditSink):

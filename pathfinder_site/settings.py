@@ -125,6 +125,10 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 WHITENOISE_USE_FINDERS = True  # serve app static files even before collectstatic has run
 
+# One-time messages (the admin shows a new API key's secret in one) stay in the server-side
+# session, not in a cookie as Django's default storage may put them.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+
 # --- Reviewer portal: people log in with Django auth ----------------------------------------------
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/portal/"
@@ -193,7 +197,7 @@ PATHFINDER_RATE_LIMIT = env_str("PATHFINDER_RATE_LIMIT", "600/minute")
 # into one commit): a chunk reaches its reader up to this much later, and on a CPU whose cores
 # all decode the database's work per commit is paid that much less often. 0: every step.
 PATHFINDER_STREAM_COMMIT_INTERVAL_MS = env_int(
-    "PATHFINDER_STREAM_COMMIT_INTERVAL_MS", 50, minimum=0
+    "PATHFINDER_STREAM_COMMIT_INTERVAL_MS", 100, minimum=0
 )
 # Fair share (decoding.admission): requests one API key may have waiting for their jobs or
 # streaming them at once, and jobs one matter may have queued; over either, 429 naming it.
@@ -202,6 +206,8 @@ PATHFINDER_MATTER_MAX_QUEUED = env_int("PATHFINDER_MATTER_MAX_QUEUED", 64, minim
 # Waiting requests one web process holds at once, whoever sends them: below its threads
 # (gunicorn.conf.py), so some are always free for everyone else (health checks, the portal).
 PATHFINDER_WEB_MAX_WAITING = env_int("PATHFINDER_WEB_MAX_WAITING", 12, minimum=1)
+# Replays one reviewer may have queued or running at once (each re-decodes a whole job).
+PATHFINDER_REVIEWER_MAX_REPLAYS = env_int("PATHFINDER_REVIEWER_MAX_REPLAYS", 2, minimum=1)
 # How long POST /v1/completions and /v1/chat/completions wait for a non-streamed job.
 PATHFINDER_SYNC_TIMEOUT_S = env_int("PATHFINDER_SYNC_TIMEOUT_S", 300, minimum=1)
 

@@ -16,6 +16,7 @@ from audit.chain import Failure, canonical_json
 from audit.export import ExportError, trail_export
 from audit.models import LedgerEntry
 from audit.verification import verify_trails
+from decoding.admission import OverCapacity
 from decoding.models import GenerationJob, Matter, Replay
 from decoding.replay import replay_request
 
@@ -27,7 +28,12 @@ _CUSTODY_LOCK_KEY = int.from_bytes(b"PFCUSTDY", "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 class PortalRefusal(Exception):
-    """An action that cannot be done on this job now; the message says why, for the reviewer."""
+    """An action that cannot be done on this job now; the message says why, for the reviewer.
+    `status`: 409 (not now, for this job) or 429 (a cap on the reviewer, retry later)."""
+
+    def __init__(self, message: str, status: int = 409):
+        super().__init__(message)
+        self.status = status
 
 
 def custody_append(
@@ -135,6 +141,8 @@ def replay_start(*, user, job: GenerationJob) -> Replay:
             replay = replay_request(job=job, user=user)
         except ValueError as exc:
             raise PortalRefusal(str(exc)) from exc
+        except OverCapacity as exc:
+            raise PortalRefusal(str(exc), status=429) from exc
         custody_append(
             user=user,
             action=CustodyEvent.Action.REPLAY,

@@ -117,10 +117,11 @@ def job_step(request, job_id: uuid.UUID):
     return response
 
 
-def _refused(request, job, message: str, template: str, context: dict, anchor: str):
-    """A refusal: the fragment with the reason (409) for htmx, else a message on the trail."""
+def _refused(request, job, message: str, template: str, context: dict, anchor: str, status=409):
+    """A refusal: the fragment with the reason (its status) for htmx, else a message on the
+    trail."""
     if _htmx(request):
-        return render(request, template, {**context, "job": job, "refusal": message}, status=409)
+        return render(request, template, {**context, "job": job, "refusal": message}, status=status)
     messages.error(request, message)
     return redirect(_walk_url(job, anchor=anchor))
 
@@ -149,7 +150,9 @@ def job_replay(request, job_id: uuid.UUID):
     try:
         replay = services.replay_start(user=request.user, job=job)
     except services.PortalRefusal as exc:
-        return _refused(request, job, str(exc), "reviewers/_replay.html", {}, "replay-result")
+        return _refused(
+            request, job, str(exc), "reviewers/_replay.html", {}, "replay-result", exc.status
+        )
     if _htmx(request):
         return render(request, "reviewers/_replay.html", {"job": job, "replay": replay})
     return redirect("reviewers:replay", replay_id=replay.id)
@@ -167,7 +170,7 @@ def replay_status(request, replay_id: uuid.UUID):
 
 
 @login_required
-@require_GET
+@require_POST  # it appends a custody event: never from a link another site can make you follow
 def job_export(request, job_id: uuid.UUID):
     job = selectors.job_get_for(user=request.user, job_id=job_id)
     try:

@@ -14,6 +14,8 @@ from decoding.selectors import job_answer, trail_for_job
 
 MAX_SEED = 2**53 - 1  # seeds travel in canonical JSON, whose integers stop at 2**53 - 1
 MAX_STOP_STRINGS = 4
+# A stop string longer than any answer could never match; this bounds the work of looking.
+MAX_STOP_STRING_CHARS = 256
 
 
 class StrictFloatField(serializers.FloatField):
@@ -22,6 +24,19 @@ class StrictFloatField(serializers.FloatField):
         if not math.isfinite(value):
             raise serializers.ValidationError("Must be a finite number.")
         return value
+
+
+class TokenIdsField(serializers.ListField):
+    """Token ids, at most PATHFINDER_MAX_PROMPT_TOKENS of them, counted before any is checked."""
+
+    def __init__(self, **kwargs):
+        super().__init__(child=serializers.IntegerField(min_value=0), allow_empty=False, **kwargs)
+
+    def to_internal_value(self, data):
+        limit = settings.PATHFINDER_MAX_PROMPT_TOKENS
+        if isinstance(data, list) and len(data) > limit:
+            raise serializers.ValidationError(f"At most {limit} token ids.")
+        return super().to_internal_value(data)
 
 
 class ChatMessage(serializers.Serializer):
@@ -38,6 +53,10 @@ class StopField(serializers.Field):
             raise serializers.ValidationError("Must be a non-empty string or a list of them.")
         if len(items) > MAX_STOP_STRINGS:
             raise serializers.ValidationError(f"At most {MAX_STOP_STRINGS} stop strings.")
+        if any(len(item) > MAX_STOP_STRING_CHARS for item in items):
+            raise serializers.ValidationError(
+                f"Each stop string has at most {MAX_STOP_STRING_CHARS} characters."
+            )
         return items
 
     def to_representation(self, value):
@@ -50,9 +69,7 @@ class GenerationInput(serializers.Serializer):
     model = serializers.CharField(max_length=100, required=False)
     prompt = serializers.CharField(required=False, allow_blank=False, trim_whitespace=False)
     messages = ChatMessage(many=True, required=False, allow_empty=False)
-    prompt_token_ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=0), allow_empty=False, required=False
-    )
+    prompt_token_ids = TokenIdsField(required=False)
     stop = StopField(required=False)
     max_tokens = serializers.IntegerField(min_value=1, required=False)
     temperature = StrictFloatField(min_value=0.0, max_value=2.0, required=False)

@@ -15,8 +15,12 @@ class Tokenizer(ABC):
     chat_template: str | None  # Jinja2 source, as shipped with the model (None: no chat)
 
     @abstractmethod
-    def encode(self, text: str, *, add_special: bool = True) -> list[int]:
-        """Token ids of text; add_special adds the model's BOS where it expects one."""
+    def encode(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        """Token ids of text; add_special adds the model's BOS where it expects one.
+        parse_special: a special token's text (<|im_start|>) becomes that token, as in a
+        rendered chat template; False reads it as plain text, as any caller's content must be."""
 
     @abstractmethod
     def decode(self, token_ids: Sequence[int]) -> str:

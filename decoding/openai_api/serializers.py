@@ -1,5 +1,6 @@
 """Shape checks for the OpenAI-compatible requests; the native GenerationInput does the rest."""
 
+from django.conf import settings
 from rest_framework import serializers
 
 from decoding.api.serializers import MAX_SEED, StopField, StrictFloatField
@@ -64,6 +65,9 @@ class CompletionInput(_OpenAIInput):
             if not value:
                 raise serializers.ValidationError("This field may not be blank.")
             return value
+        limit = settings.PATHFINDER_MAX_PROMPT_TOKENS
+        if isinstance(value, list) and len(value) > limit:  # before looking at each
+            raise serializers.ValidationError(f"At most {limit} token ids.")
         if (
             isinstance(value, list)
             and value

@@ -182,7 +182,7 @@ def test_exporting_downloads_a_bundle_the_offline_verifier_accepts(
     log_in(page, portal.alice)
     page.goto(walk_url(job))
     with page.expect_download() as download_info:
-        page.locator("a#export").click()
+        page.locator("button#export").click()
     download = download_info.value
     assert download.suggested_filename == f"pathfinder-{job['id']}.zip"
     bundle = tmp_path / download.suggested_filename

@@ -65,7 +65,7 @@ def disk_full_in_the_second_batch():
 def test_a_store_that_cannot_commit_fails_the_job_closed(
     run_job, owner, disk_full_in_the_second_batch
 ):
-    job = run_job(max_tokens=200)
+    job = run_job(max_tokens=1000)
     assert job.status == "failed"
     assert "audit store unavailable" in job.error
     assert "No space left on device" in job.error
@@ -80,7 +80,7 @@ def test_a_store_that_cannot_commit_fails_the_job_closed(
 
 
 def test_records_committed_in_batches_chain_exactly_as_one_by_one(run_job):
-    job = run_job(max_tokens=200)
+    job = run_job(max_tokens=1000)
     assert job.steps > 2 * BATCH_STEPS  # three transactions, the last one partial
     records = list(DecisionRecord.objects.filter(trail_id=job.trail_id).order_by("seq"))
     trail = Trail.objects.get(pk=job.trail_id)

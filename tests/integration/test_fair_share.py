@@ -155,3 +155,26 @@ def test_a_stream_never_mixes_two_attempts_trails(owner):
     trail_append(trail_id=second.id, payload=_decision([8, 9]))
     with pytest.raises(relay.AttemptChanged):
         next(looks)
+
+
+# --- Bounded inputs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field", "says"),
+    [
+        ("/api/v1/generations", {"prompt_token_ids": [1] * 5000}, "prompt_token_ids", "At most"),
+        ("/v1/completions", {"model": "stub", "prompt": [1] * 5000}, "prompt", "At most"),
+        ("/api/v1/generations", {"prompt_token_ids": [1], "stop": "x" * 100_000}, "stop", "256"),
+        ("/v1/completions", {"model": "stub", "prompt": [1], "stop": ["y" * 257]}, "stop", "256"),
+    ],
+)
+def test_oversized_inputs_are_a_400_naming_the_field_and_store_nothing(
+    owner, path, body, field, says
+):
+    response = owner.api.post(path, body, format="json")
+    assert response.status_code == 400, response.json()
+    error = response.json()["error"]
+    assert error.get("field", error.get("param")) == field
+    assert says in error["message"]
+    assert not GenerationJob.objects.exists()

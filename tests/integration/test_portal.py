@@ -118,14 +118,14 @@ def test_every_portal_page_asks_for_a_login(run_job, client):
     for url in (
         "/portal/",
         f"/portal/jobs/{job.id}/",
-        f"/portal/jobs/{job.id}/export",
         "/portal/custody/",
     ):
         response = client.get(url)
         assert response.status_code == 302
         assert response["Location"].startswith(f"/accounts/login/?next={url}")
-    response = client.post(f"/portal/jobs/{job.id}/verify")
-    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+    for action in ("verify", "export"):
+        response = client.post(f"/portal/jobs/{job.id}/{action}")
+        assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
     assert not TrailVerification.objects.exists()
     assert not CustodyEvent.objects.exists()
 
@@ -169,11 +169,10 @@ def test_another_matters_job_is_not_found_anywhere(run_job, reviewer, other_revi
     for url in (
         f"/portal/jobs/{job.id}/",
         f"/portal/jobs/{job.id}/step?step=1",
-        f"/portal/jobs/{job.id}/export",
         f"/portal/replays/{replay.id}",
     ):
         assert outside.get(url).status_code == 404, url
-    for url in ("verify", "replay", "annotations", "sign-off"):
+    for url in ("verify", "replay", "export", "annotations", "sign-off"):
         response = outside.post(f"/portal/jobs/{job.id}/{url}", {"text": "peek"})
         assert response.status_code == 404, url
     assert outside.get(f"/portal/?matter={job.matter_id}").status_code == 400
@@ -459,6 +458,19 @@ def test_a_replay_polls_until_it_reports_identical(
     assert "identical" in html(reviewer.get(f"/portal/replays/{replay.id}"))  # without JS
 
 
+def test_a_reviewer_has_at_most_the_replays_cap_in_flight(run_job, reviewer, settings):
+    settings.PATHFINDER_REVIEWER_MAX_REPLAYS = 2
+    job = run_job(max_tokens=5)
+    for _ in range(2):  # queued: in a test transaction no worker takes them
+        assert reviewer.post(f"/portal/jobs/{job.id}/replay", **HTMX).status_code == 200
+    refused = reviewer.post(f"/portal/jobs/{job.id}/replay", **HTMX)
+    assert refused.status_code == 429
+    assert "PATHFINDER_REVIEWER_MAX_REPLAYS" in html(refused)
+    assert job.replays.count() == 2
+    job.replays.update(status="done")  # once they are done, another may start
+    assert reviewer.post(f"/portal/jobs/{job.id}/replay", **HTMX).status_code == 200
+
+
 def test_a_diverging_replay_names_the_step_and_field(run_job, reviewer):
     from decoding import runtime
 
@@ -503,7 +515,8 @@ def test_a_job_without_a_trail_cannot_be_replayed_or_verified(owner, reviewer):
 def test_export_returns_a_bundle_the_offline_verifier_accepts(run_job, reviewer, beat):
     job = run_job(max_tokens=20)
     beat()
-    response = reviewer.get(f"/portal/jobs/{job.id}/export")
+    assert reviewer.get(f"/portal/jobs/{job.id}/export").status_code == 405  # a POST only
+    response = reviewer.post(f"/portal/jobs/{job.id}/export")
     assert response.status_code == 200
     assert response["Content-Type"] == "application/zip"
     assert f'filename="pathfinder-{job.id}.zip"' in response["Content-Disposition"]
@@ -609,7 +622,7 @@ def test_every_reviewer_action_is_chained_in_the_custody_log(run_job, reviewer, 
     reviewer.get(f"/portal/jobs/{job.id}/?step=1")
     reviewer.post(f"/portal/jobs/{job.id}/verify", **HTMX)
     reviewer.post(f"/portal/jobs/{job.id}/replay", **HTMX)
-    b"".join(reviewer.get(f"/portal/jobs/{job.id}/export").streaming_content)
+    b"".join(reviewer.post(f"/portal/jobs/{job.id}/export").streaming_content)
     reviewer.post(f"/portal/jobs/{job.id}/annotations", {"text": "ok", "step": "0"})
     reviewer.post(f"/portal/jobs/{job.id}/sign-off", **HTMX)
     # A sign-off verifies the trail afresh, and logs that verification first.

@@ -73,15 +73,17 @@ class LlamaCppTokenizer(Tokenizer):
         self.eos_token_id = _token_or_none(llama_cpp.llama_vocab_eos(self._vocab))
         self.chat_template = llama.metadata.get("tokenizer.chat_template")
 
-    def encode(self, text: str, *, add_special: bool = True) -> list[int]:
-        # Special tokens written as text (<|im_start|> in a rendered chat template) become the
-        # special token, as Hugging Face tokenizers do, so a chat prompt encodes the same way.
+    def encode(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        # With parse_special, special tokens written as text (<|im_start|> in a rendered chat
+        # template) become the special token, as Hugging Face tokenizers do.
         data = text.encode("utf-8")
         capacity = len(data) + 2  # a token covers at least one byte; room for BOS and EOS
         while True:
             buffer = (llama_cpp.llama_token * capacity)()
             n = llama_cpp.llama_tokenize(
-                self._vocab, data, len(data), buffer, capacity, add_special, True
+                self._vocab, data, len(data), buffer, capacity, add_special, parse_special
             )
             if n >= 0:
                 return list(buffer[:n])

@@ -56,8 +56,14 @@ class HFTokenizer(Tokenizer):
         self.chat_template = tokenizer.chat_template
         self._special = frozenset(tokenizer.all_special_ids)
 
-    def encode(self, text: str, *, add_special: bool = True) -> list[int]:
-        return list(self._tokenizer.encode(text, add_special_tokens=add_special))
+    def encode(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        return list(
+            self._tokenizer.encode(
+                text, add_special_tokens=add_special, split_special_tokens=not parse_special
+            )
+        )
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)

@@ -60,7 +60,7 @@ class FakeTokenizer(Tokenizer):
     eos_token_id = None
     chat_template = None
 
-    def encode(self, text, *, add_special=True):
+    def encode(self, text, *, add_special=True, parse_special=True):
         raise NotImplementedError
 
     def decode(self, token_ids):
