@@ -32,8 +32,11 @@ from decoding.engine import (
 from decoding.execution import request_for
 from decoding.models import GenerationJob, Replay
 from decoding.text import StopStrings
+from pathfinder_site import celery_app
 
 logger = logging.getLogger(__name__)
+
+REPLAY_JOB = "decoding.replay_job"  # the task decoding.tasks.replay_job
 
 # Wall-clock timings may differ; the record format ("v", "kind") is not a decision, so a v1
 # trail replays under v2 code.
@@ -64,9 +67,8 @@ def replay_request(*, job: GenerationJob, user=None) -> Replay:
 
 
 def _enqueue(replay_id: uuid.UUID) -> None:
-    from decoding.tasks import replay_job
-
-    replay_job.delay(str(replay_id))
+    # By task name: the task module imports this one.
+    celery_app.send_task(REPLAY_JOB, args=[str(replay_id)])
 
 
 class SourceMismatch(Exception):

@@ -7,7 +7,7 @@ from django.conf import settings
 
 from audit.locks import run_exclusively
 from decoding.execution import LeaseHeld, job_run
-from decoding.replay import replay_run
+from decoding.replay import REPLAY_JOB, replay_run
 from decoding.services import RUN_GENERATION, jobs_recover
 
 
@@ -28,6 +28,6 @@ def recover_jobs() -> int | None:
     )
 
 
-@shared_task(name="decoding.replay_job")
+@shared_task(name=REPLAY_JOB)
 def replay_job(replay_id: str) -> None:
     replay_run(replay_id=uuid.UUID(replay_id))
