@@ -243,6 +243,9 @@ class Replay(models.Model):
     # One {"step", "identical", "fields"} per recorded step.
     steps = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
+    # A running replay's lease, renewed while it decodes; the recovery sweep fails a replay
+    # whose lease lapsed (its worker died), so none stays "running" for ever.
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

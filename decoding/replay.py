@@ -7,11 +7,14 @@ the record, so with the same model identities every field but the timings must c
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
+import time
 import uuid
 
 import numpy as np
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -37,6 +40,7 @@ from pathfinder_site import celery_app
 logger = logging.getLogger(__name__)
 
 REPLAY_JOB = "decoding.replay_job"  # the task decoding.tasks.replay_job
+RENEW_EVERY_S = 2.0
 
 # Wall-clock timings may differ; the record format ("v", "kind") is not a decision, so a v1
 # trail replays under v2 code.
@@ -133,7 +137,7 @@ class _Collect(AuditSink):
 
 def replay_run(*, replay_id: uuid.UUID) -> None:
     claimed = Replay.objects.filter(pk=replay_id, status=Replay.Status.QUEUED).update(
-        status=Replay.Status.RUNNING
+        status=Replay.Status.RUNNING, lease_expires_at=_lease_until()
     )
     if not claimed:
         return
@@ -153,7 +157,9 @@ def replay_run(*, replay_id: uuid.UUID) -> None:
         stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
         overran = False
         try:
-            decoder.generate(request_for(job), schedule=schedule, stop=stop)
+            decoder.generate(
+                request_for(job), schedule=schedule, stop=stop, cancelled=_renew(replay_id)
+            )
         except ReplayOverrun:
             # The replay wanted a step the recording does not have. A failed job's trail ends
             # early by design; a succeeded one's must not.
@@ -176,6 +182,40 @@ def replay_run(*, replay_id: uuid.UUID) -> None:
         steps=steps,
         finished_at=timezone.now(),
     )
+
+
+def _lease_until():
+    return timezone.now() + dt.timedelta(seconds=settings.PATHFINDER_JOB_LEASE_S)
+
+
+def _renew(replay_id: uuid.UUID):
+    """The decoder's check between steps: renew the replay's lease (at most every few seconds);
+    a replay is never cancelled."""
+    last = time.monotonic()
+
+    def renew() -> bool:
+        nonlocal last
+        if time.monotonic() - last >= RENEW_EVERY_S:
+            last = time.monotonic()
+            Replay.objects.filter(pk=replay_id).update(lease_expires_at=_lease_until())
+        return False
+
+    return renew
+
+
+def replays_fail_lost() -> int:
+    """Fail the running replays whose lease lapsed (their worker died): the reviewer sees why
+    and may start the replay again. Returns how many."""
+    lost = Replay.objects.filter(
+        status=Replay.Status.RUNNING, lease_expires_at__lt=timezone.now()
+    ).update(
+        status=Replay.Status.FAILED,
+        error="the worker running the replay was lost; start it again",
+        finished_at=timezone.now(),
+    )
+    if lost:
+        logger.warning("replays whose worker was lost failed", extra={"replays": lost})
+    return lost
 
 
 def compare(recorded: list[dict], replayed: list[dict]) -> tuple[list[dict], dict | None]:

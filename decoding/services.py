@@ -11,6 +11,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit.models import Trail
+from audit.store import trail_seal
 from decoding import admission, events, runtime
 from decoding.models import ApiKey, GenerationJob, Matter, ModelSpec
 from decoding.prompts import Prompt
@@ -199,6 +201,36 @@ def jobs_recover() -> int:
     if requeued:
         logger.warning("re-queued jobs whose message may be lost", extra={"jobs": requeued})
     return requeued
+
+
+def trails_seal_orphaned() -> int:
+    """Seal the open trails no attempt will seal: a superseded attempt's ("abandoned"), and a
+    failed or cancelled job's whose seal failed with the store ("failed" / "cancelled"), so
+    every ended attempt is in the ledger and its checkpoints. Open for at least a lease, so a
+    live attempt is never raced. Returns how many were sealed."""
+    settled = timezone.now() - dt.timedelta(seconds=settings.PATHFINDER_JOB_LEASE_S)
+    trails = list(Trail.objects.filter(status=Trail.Status.OPEN, created_at__lt=settled)[:1000])
+    jobs = GenerationJob.objects.in_bulk([trail.job_id for trail in trails])
+    outcomes = {
+        GenerationJob.Status.FAILED: Trail.Outcome.FAILED,
+        GenerationJob.Status.CANCELLED: Trail.Outcome.CANCELLED,
+    }
+    sealed = 0
+    for trail in trails:
+        job = jobs.get(trail.job_id)
+        if job is None:
+            continue
+        if trail.attempt < job.attempts:
+            outcome = Trail.Outcome.ABANDONED
+        elif job.status in outcomes:
+            outcome = outcomes[job.status]
+        else:
+            continue  # the attempt may still be running; its lease decides
+        trail_seal(trail_id=trail.id, outcome=outcome)
+        sealed += 1
+    if sealed:
+        logger.warning("sealed trails left open by their attempts", extra={"trails": sealed})
+    return sealed
 
 
 def job_retry(*, job: GenerationJob) -> bool:

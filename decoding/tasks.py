@@ -7,8 +7,8 @@ from django.conf import settings
 
 from audit.locks import run_exclusively
 from decoding.execution import LeaseHeld, job_run
-from decoding.replay import REPLAY_JOB, replay_run
-from decoding.services import RUN_GENERATION, jobs_recover
+from decoding.replay import REPLAY_JOB, replay_run, replays_fail_lost
+from decoding.services import RUN_GENERATION, jobs_recover, trails_seal_orphaned
 
 
 @shared_task(name=RUN_GENERATION, bind=True, max_retries=None)
@@ -21,10 +21,20 @@ def run_generation(self, job_id: str) -> None:
         raise self.retry(countdown=held.retry_in + 1) from held
 
 
+def recovery_sweep() -> dict:
+    """Beat's periodic recovery: lost jobs handed back to the queue, trails their attempts
+    left open sealed, replays whose worker died failed."""
+    return {
+        "requeued": jobs_recover(),
+        "trails_sealed": trails_seal_orphaned(),
+        "replays_failed": replays_fail_lost(),
+    }
+
+
 @shared_task(name="decoding.recover_jobs")
-def recover_jobs() -> int | None:
+def recover_jobs() -> dict | None:
     return run_exclusively(
-        "decoding.recover_jobs", settings.PATHFINDER_RECOVERY_INTERVAL_S, jobs_recover
+        "decoding.recover_jobs", settings.PATHFINDER_RECOVERY_INTERVAL_S, recovery_sweep
     )
 
 

@@ -9,14 +9,15 @@ import pytest
 from django.utils import timezone
 
 from audit.locks import lock_acquire, run_exclusively
-from audit.models import Trail
+from audit.models import LedgerEntry, Trail
 from audit.selectors import trail_decisions
 from audit.store import trail_append, trail_open, trail_seal
 from audit.verification import verify_trails
 from decoding import execution, runtime, services
 from decoding.claims import job_request_payload
 from decoding.execution import LeaseHeld, job_run
-from decoding.models import GenerationJob
+from decoding.models import GenerationJob, Replay
+from decoding.tasks import recovery_sweep
 
 
 @pytest.fixture
@@ -167,3 +168,50 @@ def test_an_operator_retries_a_failed_job_as_a_new_attempt(run_job, sent_jobs):
     job.refresh_from_db()
     assert (job.status, job.attempts) == ("succeeded", 2)
     assert Trail.objects.get(pk=job.trail_id).previous_id is not None
+
+
+def test_the_sweep_seals_trails_their_attempts_left_open(submitted, settings, sent_jobs):
+    settings.PATHFINDER_JOB_LEASE_S = 60
+    old = timezone.now() - dt.timedelta(seconds=61)
+
+    def left_open(job, attempt, status, *, age=old):
+        trail = trail_open(job_id=job.id, attempt=attempt)
+        Trail.objects.filter(pk=trail.pk).update(created_at=age)
+        GenerationJob.objects.filter(pk=job.pk).update(
+            status=status, attempts=max(attempt, job.attempts), trail_id=trail.id
+        )
+        job.refresh_from_db()
+        return trail
+
+    failed = left_open(submitted(), 1, "failed")  # its seal failed with the store
+    cancelled = left_open(submitted(), 1, "cancelled")
+    retried = submitted()
+    superseded = left_open(retried, 1, "running")
+    current = left_open(retried, 2, "running")  # the live attempt: its lease decides
+    fresh = left_open(submitted(), 1, "failed", age=timezone.now())  # maybe still sealing
+
+    assert recovery_sweep()["trails_sealed"] == 3
+    outcomes = {t.pk: (t.status, t.outcome) for t in Trail.objects.all()}
+    assert outcomes[failed.pk] == ("sealed", "failed")
+    assert outcomes[cancelled.pk] == ("sealed", "cancelled")
+    assert outcomes[superseded.pk] == ("sealed", "abandoned")
+    assert outcomes[current.pk][0] == outcomes[fresh.pk][0] == "open"
+    assert LedgerEntry.objects.filter(trail_id__in=[failed.pk, superseded.pk]).count() == 2
+    assert services.trails_seal_orphaned() == 0  # once
+
+
+def test_the_sweep_fails_a_replay_whose_worker_died(run_job):
+    job = run_job(max_tokens=5)
+    lapsed = Replay.objects.create(
+        job=job, trail_id=job.trail_id, status="running",
+        lease_expires_at=timezone.now() - dt.timedelta(seconds=1),
+    )  # fmt: skip
+    live = Replay.objects.create(
+        job=job, trail_id=job.trail_id, status="running",
+        lease_expires_at=timezone.now() + dt.timedelta(seconds=60),
+    )  # fmt: skip
+    assert recovery_sweep()["replays_failed"] == 1
+    lapsed.refresh_from_db()
+    live.refresh_from_db()
+    assert (lapsed.status, live.status) == ("failed", "running")
+    assert "worker running the replay was lost" in lapsed.error

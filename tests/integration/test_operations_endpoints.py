@@ -71,7 +71,7 @@ def test_metrics_reports_jobs_by_status_and_speculation_counters(client, run_job
     assert any(name.startswith("django_http_requests") for name, _ in after)
 
 
-def test_readiness_and_gauges_are_computed_once_per_interval(client, settings, monkeypatch):
+def test_readiness_and_gauges_are_computed_once_per_interval(db, client, settings, monkeypatch):
     from pathfinder_site import health
 
     settings.PATHFINDER_OPS_CACHE_S = 60

@@ -452,6 +452,8 @@ def test_a_replay_polls_until_it_reports_identical(
     assert body.startswith('<div id="replay-result"')
     assert f'hx-get="/portal/replays/{replay.id}"' in body and 'hx-trigger="every 1s"' in body
     replay_run(replay_id=replay.id)  # the worker
+    replay.refresh_from_db()
+    assert replay.lease_expires_at is not None  # held under a lease while it ran
     poll = html(reviewer.get(f"/portal/replays/{replay.id}", **HTMX))
     assert "hx-trigger" not in poll
     assert f"identical</span> (all {job.steps} steps identical)" in poll
