@@ -104,12 +104,11 @@ def job_run(*, job_id: uuid.UUID) -> None:
         logger.warning("attempt lost its job; stopping", extra=_log(job, attempt))
         return
     except (AuditUnavailable, DatabaseError) as exc:
-        cause = exc.__cause__ or exc
-        _fail(job, attempt, trail, f"audit store unavailable, no output released: {cause}")
+        _fail(job, attempt, trail, GenerationJob.Failure.AUDIT_UNAVAILABLE, exc.__cause__ or exc)
         return
     except Exception as exc:
         logger.exception("generation failed", extra=_log(job, attempt))
-        _fail(job, attempt, trail, f"generation failed: {exc}")
+        _fail(job, attempt, trail, GenerationJob.Failure.GENERATION_FAILED, exc)
         return
     answer = binding.Answer(
         token_ids=result.output_token_ids,
@@ -119,7 +118,7 @@ def job_run(*, job_id: uuid.UUID) -> None:
     try:
         _succeed(job, attempt, trail, result, answer)
     except DatabaseError as exc:
-        _fail(job, attempt, trail, f"audit store unavailable, no output released: {exc}")
+        _fail(job, attempt, trail, GenerationJob.Failure.AUDIT_UNAVAILABLE, exc)
 
 
 def _load_before_claiming(job_id: uuid.UUID) -> float:
@@ -187,12 +186,12 @@ def _end_lost_job(job: GenerationJob, now) -> bool:
     if job.cancel_requested_at is not None:
         job.status, job.error = GenerationJob.Status.CANCELLED, ""
     elif job.attempts >= settings.PATHFINDER_MAX_ATTEMPTS:
-        job.status = GenerationJob.Status.FAILED
+        job.status, job.failure = GenerationJob.Status.FAILED, GenerationJob.Failure.WORKER_LOST
         job.error = f"the worker was lost in each of {job.attempts} attempts"
     else:
         return False
     job.finished_at, job.lease_expires_at = now, None
-    job.save(update_fields=["status", "error", "finished_at", "lease_expires_at"])
+    job.save(update_fields=["status", "error", "failure", "finished_at", "lease_expires_at"])
     return True
 
 
@@ -285,21 +284,27 @@ def _succeed(
     )
 
 
-def _fail(job: GenerationJob, attempt: int, trail: Trail, reason: str) -> None:
+def _fail(
+    job: GenerationJob, attempt: int, trail: Trail, failure: str, cause: BaseException
+) -> None:
+    """Fail the attempt: the job says which failure (its label), the log says the cause."""
     with contextlib.suppress(DatabaseError):
         # The store that refused the records may refuse the seal too; the open trail still
-        # verifies up to its last committed record.
+        # verifies up to its last committed record (and the recovery sweep seals it).
         trail_seal(trail_id=trail.id, outcome=Trail.Outcome.FAILED)
     failed = _owned(job.id, attempt).update(
         status=GenerationJob.Status.FAILED,
-        error=reason,
+        error=GenerationJob.Failure(failure).label,
+        failure=failure,
         lease_expires_at=None,
         finished_at=timezone.now(),
     )
     if failed:
         metrics.job_finished(GenerationJob.Status.FAILED)
         events.publish(job.id)
-    logger.warning("job failed", extra={**_log(job, attempt), "error": reason})
+    logger.warning(
+        "job failed", extra={**_log(job, attempt), "failure": failure, "cause": str(cause)}
+    )
 
 
 def _log(job: GenerationJob, attempt: int | None = None) -> dict:

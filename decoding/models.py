@@ -123,6 +123,15 @@ class GenerationJob(models.Model):
 
     FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 
+    class Failure(models.TextChoices):
+        """Why a job failed, for callers to act on; the cause's own text goes to the log
+        (with the job id), never to a client."""
+
+        AUDIT_UNAVAILABLE = "audit_unavailable", "audit store unavailable, no output released"
+        GENERATION_FAILED = "generation_failed", "generation failed"
+        WORKER_LOST = "worker_lost", "the worker was lost in every attempt"
+        QUEUE_UNAVAILABLE = "queue_unavailable", "the job queue is unavailable"
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     matter = models.ForeignKey(Matter, on_delete=models.PROTECT, related_name="jobs")
     api_key = models.ForeignKey(
@@ -133,7 +142,8 @@ class GenerationJob(models.Model):
     status = models.CharField(
         max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True
     )
-    error = models.TextField(blank=True)
+    error = models.TextField(blank=True)  # for the caller: the failure's label, no internals
+    failure = models.CharField(max_length=32, choices=Failure.choices, blank=True)
 
     # What the caller sent (text, chat messages or ids) and the ids it tokenised to.
     prompt_text = models.TextField(blank=True)

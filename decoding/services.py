@@ -166,7 +166,8 @@ def _enqueue(job: GenerationJob) -> None:
         logger.error("could not queue job", extra={"job_id": str(job_id), "error": str(exc)})
         GenerationJob.objects.filter(pk=job_id, status=GenerationJob.Status.QUEUED).update(
             status=GenerationJob.Status.FAILED,
-            error=f"the job queue is unavailable: {exc}",
+            error=GenerationJob.Failure.QUEUE_UNAVAILABLE.label,
+            failure=GenerationJob.Failure.QUEUE_UNAVAILABLE,
             finished_at=timezone.now(),
         )
         raise QueueUnavailable(str(exc)) from exc
@@ -237,7 +238,11 @@ def job_retry(*, job: GenerationJob) -> bool:
     """An operator's retry of a failed job: it is queued again and runs as a new attempt with
     a new trail linked to the failed one. False when the job had not failed."""
     reset = GenerationJob.objects.filter(pk=job.pk, status=GenerationJob.Status.FAILED).update(
-        status=GenerationJob.Status.QUEUED, error="", finished_at=None, lease_expires_at=None
+        status=GenerationJob.Status.QUEUED,
+        error="",
+        failure="",
+        finished_at=None,
+        lease_expires_at=None,
     )
     if reset:
         _enqueue(job)

@@ -115,7 +115,12 @@ class GenerationOut(serializers.Serializer):
     matter = serializers.CharField()
     model = serializers.CharField()
     status = serializers.ChoiceField(choices=GenerationJob.Status.choices)
-    error = serializers.CharField(allow_null=True)
+    error = serializers.CharField(allow_null=True, help_text="what failed, for the caller")
+    failure = serializers.ChoiceField(
+        choices=GenerationJob.Failure.choices,
+        allow_null=True,
+        help_text="why the job failed (the cause itself is in the operator's log)",
+    )
     prompt_token_ids = serializers.ListField(child=serializers.IntegerField())
     stop = serializers.ListField(child=serializers.CharField())
     params = ParamsOut()

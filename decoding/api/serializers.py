@@ -176,6 +176,7 @@ class GenerationOutput(serializers.Serializer):
             "model": job.model_spec.name,
             "status": job.status,
             "error": job.error or None,
+            "failure": job.failure or None,
             "prompt_token_ids": job.prompt_token_ids,
             "stop": job.stop,
             "params": {

@@ -166,8 +166,10 @@ def _native_input(data: dict) -> dict:
 
 
 def _failure(job: GenerationJob) -> Response:
-    status = 503 if job.error.startswith("audit store unavailable") else 500
-    return openai_error(status, job.error, code="generation_failed")
+    unavailable = job.failure == GenerationJob.Failure.AUDIT_UNAVAILABLE
+    return openai_error(
+        503 if unavailable else 500, f"{job.error} (job {job.id})", code=job.failure or "failed"
+    )
 
 
 def _with(response: Response, headers: dict) -> Response:

@@ -63,12 +63,18 @@ def disk_full_in_the_second_batch():
 
 
 def test_a_store_that_cannot_commit_fails_the_job_closed(
-    run_job, owner, disk_full_in_the_second_batch
+    run_job, owner, disk_full_in_the_second_batch, caplog
 ):
     job = run_job(max_tokens=1000)
     assert job.status == "failed"
-    assert "audit store unavailable" in job.error
-    assert "No space left on device" in job.error
+    assert (job.failure, job.error) == (
+        "audit_unavailable",
+        "audit store unavailable, no output released",
+    )
+    # The cause is the operator's, in the log with the job id; never the caller's.
+    logged = [r for r in caplog.records if r.getMessage() == "job failed"]
+    assert logged and logged[-1].job_id == str(job.id)
+    assert "No space left on device" in logged[-1].cause
     assert job.output_token_ids == []
     # What was committed before the fault still verifies, and the API releases no text.
     assert trail_decisions(trail_id=job.trail_id).count() == BATCH_STEPS
@@ -76,7 +82,8 @@ def test_a_store_that_cannot_commit_fails_the_job_closed(
     assert verify_trails([job.trail_id], scope="test").ok
     body = owner.api.get(f"/api/v1/generations/{job.id}").json()
     assert (body["status"], body["output_token_ids"]) == ("failed", [])
-    assert "audit store unavailable" in body["error"]
+    assert (body["failure"], body["error"]) == (job.failure, job.error)
+    assert "No space" not in str(body)
 
 
 def test_records_committed_in_batches_chain_exactly_as_one_by_one(run_job):
