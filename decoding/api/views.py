@@ -54,6 +54,7 @@ class GenerationListCreate(APIView):
         jobs = selectors.jobs_for_key(api_key=request.auth, **filters.validated_data)
         paginator = JobPagination()
         page = paginator.paginate_queryset(jobs, request, view=self)
+        page = selectors.jobs_with_trails(page)
         return paginator.get_paginated_response([GenerationOutput(job).data for job in page])
 
     @extend_schema(

@@ -37,6 +37,28 @@ def test_the_list_pages_with_a_cursor(run_job, owner):
     assert len(seen) == 5 and set(seen) == ids
 
 
+def test_the_list_costs_the_same_queries_for_two_jobs_as_for_ten(run_job, owner):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def listed():
+        with CaptureQueriesContext(connection) as queries:
+            body = owner.api.get("/api/v1/generations?limit=50").json()
+        return len(body["results"]), len(queries)
+
+    for _ in range(2):
+        run_job(max_tokens=3)
+    two = listed()
+    for _ in range(8):
+        run_job(max_tokens=3)
+    ten = listed()
+    assert (two[0], ten[0]) == (2, 10)
+    assert ten[1] == two[1]  # no query per row
+    assert all(
+        r["output_token_ids"] for r in owner.api.get("/api/v1/generations").json()["results"]
+    )
+
+
 @pytest.mark.parametrize("query", ["status=done", "created_after=yesterday", "colour=red"])
 def test_a_bad_filter_is_a_400_naming_it(owner, query):
     response = owner.api.get(f"/api/v1/generations?{query}")
