@@ -1,7 +1,12 @@
-"""Reject an oversized body with 413 before anything reads it."""
+"""Reject an oversized body with 413 before anything reads it; send a person who has not given
+their one-time password yet (PATHFINDER_REQUIRE_MFA) to give it."""
+
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.http import JsonResponse
+from django.shortcuts import redirect
+from django.urls import reverse
 
 
 class BodySizeLimitMiddleware:
@@ -25,4 +30,29 @@ class BodySizeLimitMiddleware:
                 },
                 status=413,
             )
+        return self.get_response(request)
+
+
+class RequireMFAMiddleware:
+    """With PATHFINDER_REQUIRE_MFA on, a signed-in person reaches the portal and the admin only
+    once verified by a one-time password this session (django-otp's OTPMiddleware says so);
+    until then every such page redirects to /accounts/mfa/. API keys are not sessions: the
+    APIs are unaffected."""
+
+    GUARDED = ("/portal/", "/admin/")
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        user = getattr(request, "user", None)
+        if (
+            settings.PATHFINDER_REQUIRE_MFA
+            and user is not None
+            and user.is_authenticated
+            and not user.is_verified()
+            and request.path.startswith(self.GUARDED)
+            and not request.path.startswith("/admin/logout/")
+        ):
+            return redirect(f"{reverse('mfa')}?{urlencode({'next': request.get_full_path()})}")
         return self.get_response(request)

@@ -55,6 +55,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_prometheus",
     "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
     "audit",
     "decoding",
     "reviewers",
@@ -69,6 +71,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
+    "pathfinder_site.middleware.RequireMFAMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",
@@ -142,6 +146,10 @@ AXES_FAILURE_LIMIT = env_int("PATHFINDER_LOGIN_FAILURE_LIMIT", 10, minimum=1)
 AXES_COOLOFF_TIME = env_int("PATHFINDER_LOGIN_LOCKOUT_MINUTES", 30, minimum=1) / 60  # hours
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
+# With it on, a person signed in to the portal or the admin also gives a one-time password
+# (TOTP, django-otp) before anything else: enrolled at /accounts/mfa/ on first use.
+PATHFINDER_REQUIRE_MFA = env_bool("PATHFINDER_REQUIRE_MFA", False)
+OTP_TOTP_ISSUER = "Pathfinder"
 
 # --- Request limits -------------------------------------------------------------------------------
 PATHFINDER_MAX_BODY_BYTES = env_int("PATHFINDER_MAX_BODY_BYTES", 1_048_576, minimum=1024)

@@ -3,6 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from pathfinder_site import views as ops
+from pathfinder_site.mfa import mfa
 
 handler404 = "decoding.api.views.not_found"
 
@@ -15,6 +16,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("admin/", admin.site.urls),
+    path("accounts/mfa/", mfa, name="mfa"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("portal/", include("reviewers.urls")),
 ]
