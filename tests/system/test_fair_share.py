@@ -158,3 +158,31 @@ def test_a_stopping_web_server_ends_its_waits_in_seconds(postgres_stack, tmp_pat
     assert answer["status"] == 503 and answer["body"]["error"]["code"] == "service_stopping"
     job = wait_for(stack, answer["job"], timeout=30)
     assert job["status"] == "cancelled"
+
+
+def test_a_scrape_storm_does_not_slow_healthz(postgres_stack):
+    """Probes and scrapers hammering /readyz and /metrics cost a broker broadcast and a database
+    read per interval (PATHFINDER_OPS_CACHE_S), not per call: /healthz still answers at once."""
+    stack = postgres_stack
+    stop = threading.Event()
+    answered: list[int] = []
+
+    def scraper(path):
+        with requests.Session() as session:
+            while not stop.is_set():
+                answered.append(session.get(stack.url(path), timeout=10).status_code)
+
+    storm = [threading.Thread(target=scraper, args=(p,)) for p in ["/readyz", "/metrics"] * 6]
+    for thread in storm:
+        thread.start()
+    try:
+        time.sleep(1)
+        slowest = max(
+            timed(lambda: requests.get(stack.url("/healthz"), timeout=5))[1] for _ in range(10)
+        )
+    finally:
+        stop.set()
+        for thread in storm:
+            thread.join()
+    assert len(answered) > 50 and set(answered) <= {200, 503}
+    assert slowest < 1, slowest
