@@ -188,9 +188,12 @@ class Pathfinder:
         # The sink a worker would use: batched, or for a stream each step committed (in the
         # background on PostgreSQL) and its reader told, here by counting the commit.
         committed = (lambda: commits.append(1)) if stream else None
-        audited = audit and sink_for(trail.id, head=(0, trail.head_hash), committed=committed,
-                                     interval_ms=stream_interval_ms)  # fmt: skip
-        with audited or contextlib.nullcontext(NullSink()) as sink:
+        if audit:
+            sinks = sink_for(trail.id, head=(0, trail.head_hash), committed=committed,
+                             interval_ms=stream_interval_ms)  # fmt: skip
+        else:
+            sinks = contextlib.nullcontext(NullSink())
+        with sinks as sink:
             decoder = SpeculativeDecoder(self.drafter, self.target, sink,
                                          tokenizer=self.target.tokenizer)  # fmt: skip
             result = decoder.generate(

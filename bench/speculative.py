@@ -14,9 +14,9 @@ Systems
   pathfinder+audit     SpeculativeDecoder as the worker runs it: PromptLookupDrafter with the
                        default spec's n-gram settings (min 3, max 3; read from the migrated
                        database), AdaptiveSchedule on the verify cost curve measured at load,
-                       the real TrailSink into PostgreSQL (records of 16 steps per transaction,
-                       the last batch committed before generate() returns), no on_step callback
-                       (one would force a commit per step), a trail opened and sealed per run
+                       the real TrailSink into PostgreSQL (records of BATCH_STEPS steps per
+                       transaction, the last batch committed before generate() returns), a
+                       trail opened and sealed per run
   pathfinder, no audit the same, with a sink that does nothing
   hf greedy/sample     transformers model.generate on the GGUF dequantized to float32
   hf prompt lookup     the same with prompt_lookup_num_tokens (HF assisted generation)

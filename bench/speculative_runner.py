@@ -37,8 +37,7 @@ WARMUP_TEXT = "The verify cost is measured once, when the model loads."
 
 class StepStats(AuditSink):
     """Wraps the sink the decoder is given: notes each step's figures in record(), then hands
-    record() and flush() to the inner sink unchanged. No on_step callback is passed to the
-    decoder, since one forces a commit per step; this is how the run still sees every step.
+    record() and flush() to the inner sink unchanged: this is how the run sees every step.
     commits counts the inner TrailSink's transactions (a record() that emptied its buffer, or a
     flush() that found one)."""
 
@@ -349,7 +348,7 @@ class Bench:
         started = time.perf_counter_ns()
         if profile is not None:
             profile.enable()
-        # No on_step, as in the worker: the sink batches, generate() flushes before returning.
+        # As in the worker: the sink batches, generate() flushes before returning.
         result = decoder.generate(request, schedule=schedule)
         if profile is not None:
             profile.disable()

@@ -22,8 +22,9 @@ from .tokenizer import Tokenizer
 
 class AuditSink(ABC):
     """Where the decoder hands each step's record. A sink may hold records and commit several in
-    one transaction; the decoder calls flush() before it releases any token (to on_step, or in
-    the result), so no token leaves before its record is committed."""
+    one transaction; the decoder calls flush() before it returns the result, so no token leaves
+    it before its record is committed. A stream's reader takes each step from the committed
+    store (the sink decides how soon it commits: decoding.sinks)."""
 
     @abstractmethod
     def record(self, record: StepRecord) -> None:
@@ -107,7 +108,6 @@ class SpeculativeDecoder:
         self,
         request: GenerationRequest,
         *,
-        on_step: Callable[[StepRecord], None] | None = None,
         schedule: DraftSchedule | None = None,
         stop: Callable[[Sequence[int]], bool] | None = None,
         cancelled: Callable[[], bool] | None = None,
@@ -118,9 +118,8 @@ class SpeculativeDecoder:
         schedule chooses each step's draft length, at most params.draft_length (default: always
         params.draft_length); it holds one request's state. stop is asked, once a step's tokens
         are decided and before its record is written, whether the output so far (those tokens
-        included) should end generation; the record then says "stop". on_step receives each
-        committed record, whose emitted tokens may then be released; without on_step the sink
-        may batch the records of several steps (they are all committed before this returns).
+        included) should end generation; the record then says "stop". The sink may batch the
+        records of several steps; they are all committed before this returns.
         cancelled is asked before each step; once it answers True no further step is taken and
         the result (stop_reason "cancelled") holds the tokens of the steps already recorded.
         references are token sequences a copying drafter may copy from besides the context.
@@ -191,7 +190,7 @@ class SpeculativeDecoder:
                 **self._texts(proposed, verdict, emitted),
             )
             committing = time.perf_counter_ns()
-            self._commit(record, flush=on_step is not None)
+            self._commit(record)
             audit_ns += time.perf_counter_ns() - committing
             output.extend(emitted)
             drafted += k
@@ -199,8 +198,6 @@ class SpeculativeDecoder:
             step_counts.append((k, verdict.accepted_count))
             step += 1
             schedule.observe(k, verdict.accepted_count)
-            if on_step is not None:
-                on_step(record)
 
         flushing = time.perf_counter_ns()
         self._flush(step)  # before the result releases the output
@@ -236,8 +233,8 @@ class SpeculativeDecoder:
             "emitted_text": kept_text[: len(emitted)],
         }
 
-    def _commit(self, record: StepRecord, *, flush: bool) -> None:
-        """Hand the record to the sink; with flush, return only once everything is committed."""
+    def _commit(self, record: StepRecord) -> None:
+        """Hand the record to the sink (which commits it now or at a later flush)."""
         try:
             self._sink.record(record)
         except AuditUnavailable:
@@ -246,8 +243,6 @@ class SpeculativeDecoder:
             raise AuditUnavailable(
                 f"audit sink could not commit step {record.step} of request {record.request_id}"
             ) from exc
-        if flush:
-            self._flush(record.step + 1)
 
     def _flush(self, steps: int) -> None:
         try:
