@@ -8,8 +8,8 @@ from collections.abc import Collection, Iterator
 
 from audit import binding
 from decoding.engine import GenerationParams, params_payload
+from decoding.job_input import JOB_PARAM_FIELDS
 from decoding.models import GenerationJob
-from decoding.services import JOB_PARAM_FIELDS
 
 
 def job_served(job: GenerationJob) -> bool:

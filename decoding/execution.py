@@ -12,7 +12,6 @@ attempt, so a job never has two outputs.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import os
 import socket
@@ -20,14 +19,13 @@ import time
 import uuid
 from collections.abc import Callable
 
-from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from audit import binding
 from audit.models import Trail
 from audit.store import trail_append, trail_open, trail_seal
-from decoding import events, metrics, references, runtime
+from decoding import events, lifecycle, metrics, references, runtime
 from decoding.claims import job_generation_params, job_request_payload
 from decoding.engine import (
     AuditUnavailable,
@@ -61,10 +59,6 @@ def _worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _lease_until() -> dt.datetime:
-    return timezone.now() + dt.timedelta(seconds=settings.PATHFINDER_JOB_LEASE_S)
-
-
 def job_run(*, job_id: uuid.UUID) -> None:
     """Decode one job on this worker. Safe to call for any delivery of the job's message."""
     warmed_ms = _load_before_claiming(job_id)
@@ -76,7 +70,9 @@ def job_run(*, job_id: uuid.UUID) -> None:
     try:
         models, load_ms = runtime.models_for(job.model_spec)
         load_ms += warmed_ms
-        _owned(job.id, attempt).update(load_ms=round(load_ms, 1), lease_expires_at=_lease_until())
+        lifecycle.owned(job.id, attempt).update(
+            load_ms=round(load_ms, 1), lease_expires_at=lifecycle.lease_until()
+        )
         # The question is on record before the first decision about it.
         request = trail_append(trail_id=trail.id, payload=job_request_payload(job, trail, models))
         schedule = models.schedule(job.draft_length)
@@ -152,54 +148,26 @@ def _claim(job_id: uuid.UUID) -> tuple[GenerationJob, Trail] | None:
         )
         if job is None or job.status in GenerationJob.FINISHED:
             return None
-        now = timezone.now()
         previous_trail = job.trail_id
         if job.status == GenerationJob.Status.RUNNING:
+            now = timezone.now()
             if job.lease_expires_at is not None and job.lease_expires_at > now:
                 raise LeaseHeld((job.lease_expires_at - now).total_seconds())
             if previous_trail is not None:
                 trail_seal(trail_id=previous_trail, outcome=Trail.Outcome.ABANDONED)
             logger.warning("worker lost mid-job; its trail sealed abandoned", extra=_log(job))
-            ended = _end_lost_job(job, now)
+            ended = lifecycle.lost_job_end(job)
             if ended:
-                metrics.job_finished(job.status)
+                metrics.job_finished(ended)
                 transaction.on_commit(lambda: events.publish(job_id))
                 return None
-        job.status = GenerationJob.Status.RUNNING
-        job.attempts += 1
-        job.started_at = job.started_at or now
-        job.lease_expires_at = _lease_until()
-        job.worker = _worker_name()
-        trail = trail_open(job_id=job.id, attempt=job.attempts, previous_id=previous_trail)
-        job.trail_id = trail.id
-        job.save(
-            update_fields=[
-                "status", "attempts", "started_at", "lease_expires_at", "worker", "trail_id"
-            ]
-        )  # fmt: skip
+        trail = trail_open(job_id=job.id, attempt=job.attempts + 1, previous_id=previous_trail)
+        if not lifecycle.attempt_start(job, trail_id=trail.id, worker=_worker_name()):
+            # Another delivery started it first (SQLite takes no row lock): never two attempts.
+            transaction.set_rollback(True)
+            return None
     logger.info("job claimed", extra=_log(job, job.attempts))
     return job, trail
-
-
-def _end_lost_job(job: GenerationJob, now) -> bool:
-    """A job whose worker died is not retried when it was cancelled or ran out of attempts."""
-    if job.cancel_requested_at is not None:
-        job.status, job.error = GenerationJob.Status.CANCELLED, ""
-    elif job.attempts >= settings.PATHFINDER_MAX_ATTEMPTS:
-        job.status, job.failure = GenerationJob.Status.FAILED, GenerationJob.Failure.WORKER_LOST
-        job.error = f"the worker was lost in each of {job.attempts} attempts"
-    else:
-        return False
-    job.finished_at, job.lease_expires_at = now, None
-    job.save(update_fields=["status", "error", "failure", "finished_at", "lease_expires_at"])
-    return True
-
-
-def _owned(job_id: uuid.UUID, attempt: int):
-    """The job row, as long as this attempt still owns it."""
-    return GenerationJob.objects.filter(
-        pk=job_id, attempts=attempt, status=GenerationJob.Status.RUNNING
-    )
 
 
 def _step_boundary(job_id: uuid.UUID, attempt: int) -> Callable[[], bool]:
@@ -212,9 +180,9 @@ def _step_boundary(job_id: uuid.UUID, attempt: int) -> Callable[[], bool]:
         if time.monotonic() - last < STEP_CHECK_S:
             return False
         last = time.monotonic()
-        if not _owned(job_id, attempt).update(lease_expires_at=_lease_until()):
+        if not lifecycle.owned(job_id, attempt).update(lease_expires_at=lifecycle.lease_until()):
             raise LostOwnership(str(job_id))
-        return _owned(job_id, attempt).filter(cancel_requested_at__isnull=False).exists()
+        return lifecycle.owned(job_id, attempt).filter(cancel_requested_at__isnull=False).exists()
 
     return cancelled
 
@@ -234,10 +202,11 @@ def _succeed(
     # The output appears in the same transaction that records the answer and seals the trail
     # whose records justify it, and only while this attempt owns the job.
     cancelled = result.stop_reason == "cancelled"
-    status = GenerationJob.Status.CANCELLED if cancelled else GenerationJob.Status.SUCCEEDED
     with transaction.atomic():
-        written = _owned(job.id, attempt).update(
-            status=status,
+        status = lifecycle.attempt_finish(
+            job.id,
+            attempt,
+            cancelled=cancelled,
             output_token_ids=list(answer.token_ids),
             output_text=answer.text,
             stop_reason=answer.stop_reason,
@@ -249,10 +218,8 @@ def _succeed(
             decode_ms=round(result.decode_ns / 1e6, 1),
             audit_ms=round(result.audit_ns / 1e6, 1),
             metrics=job_metrics(result.step_counts),
-            lease_expires_at=None,
-            finished_at=timezone.now(),
         )
-        if not written:
+        if status is None:
             # Another attempt took the job over; its output, not this one, is the job's.
             transaction.set_rollback(True)
             logger.warning("attempt finished after losing its job", extra=_log(job, attempt))
@@ -292,13 +259,7 @@ def _fail(
         # The store that refused the records may refuse the seal too; the open trail still
         # verifies up to its last committed record (and the recovery sweep seals it).
         trail_seal(trail_id=trail.id, outcome=Trail.Outcome.FAILED)
-    failed = _owned(job.id, attempt).update(
-        status=GenerationJob.Status.FAILED,
-        error=GenerationJob.Failure(failure).label,
-        failure=failure,
-        lease_expires_at=None,
-        finished_at=timezone.now(),
-    )
+    failed = lifecycle.attempt_fail(job.id, attempt, failure)
     if failed:
         metrics.job_finished(GenerationJob.Status.FAILED)
         events.publish(job.id)

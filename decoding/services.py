@@ -13,28 +13,14 @@ from django.utils import timezone
 
 from audit.models import Trail
 from audit.store import trail_seal
-from decoding import admission, events, runtime
-from decoding.models import ApiKey, GenerationJob, Matter, ModelSpec
-from decoding.prompts import Prompt
+from decoding import admission, events, lifecycle
+from decoding.job_input import job_input
+from decoding.models import ApiKey, GenerationJob, Matter
 from pathfinder_site import celery_app
 
 logger = logging.getLogger(__name__)
 
-JOB_PARAM_FIELDS = (
-    "max_tokens",
-    "temperature",
-    "top_k",
-    "top_p",
-    "seed",
-    "draft_length",
-    "eos_token_id",
-)
-
-
 RUN_GENERATION = "decoding.run_generation"  # the task decoding.tasks.run_generation
-
-# A running job looks for a cancel request at a step boundary at most this often (one query).
-CANCEL_CHECK_S = 0.2
 
 
 class QueueUnavailable(Exception):
@@ -80,38 +66,14 @@ def api_key_revoke(*, key: ApiKey) -> bool:
     )
 
 
-def job_params(spec: ModelSpec, given: dict) -> dict:
-    """The request's decoding parameters: what it gave, else the spec's defaults, else ours."""
-    params = {
-        "max_tokens": 16,
-        "temperature": 1.0,
-        "top_k": 0,
-        "top_p": 1.0,
-        "draft_length": settings.PATHFINDER_DEFAULT_DRAFT_LENGTH,
-        "eos_token_id": _default_eos(spec),
-        **{k: v for k, v in (spec.default_params or {}).items() if k in JOB_PARAM_FIELDS},
-        **given,
-    }
-    if params.get("seed") is None:
-        # Every job has a seed, so every job can be replayed.
-        params["seed"] = secrets.randbelow(2**53)
-    params["max_tokens"] = min(params["max_tokens"], settings.PATHFINDER_MAX_OUTPUT_TOKENS)
-    params["draft_length"] = min(params["draft_length"], settings.PATHFINDER_MAX_DRAFT_LENGTH)
-    return params
-
-
-def _default_eos(spec: ModelSpec) -> int | None:
-    tokenizer = runtime.tokenizer_for(spec)
-    return tokenizer.eos_token_id if tokenizer is not None else None
-
-
 def job_submit(
     *,
     matter: Matter,
     api_key: ApiKey | None,
-    spec: ModelSpec,
-    prompt: Prompt,
+    model: str | None = None,
+    prompt: str | None = None,
     messages: list[dict] | None = None,
+    prompt_token_ids: list[int] | None = None,
     stop: list[str] | None = None,
     request_id: str | None = None,
     stream: bool = False,
@@ -119,13 +81,21 @@ def job_submit(
     enqueue: bool = True,
     **given,
 ) -> tuple[GenerationJob, bool]:
-    """Store a job and queue it once the row is committed. Returns (job, created).
+    """Check a request (job_input: InvalidInput names the field at fault), store the job and
+    queue it once the row is committed. Returns (job, created).
 
     A request_id already used under the same key returns the existing job instead of a new one.
     caller_waits: the caller holds its connection open until the job ends (a /v1 request, a
     stream). OverCapacity (admission) when a cap is met; nothing is stored then. With
     enqueue=False the caller runs the job itself (the `generate` command).
     """
+    checked = job_input(
+        model=model,
+        prompt=prompt,
+        messages=messages,
+        prompt_token_ids=prompt_token_ids,
+        **given,
+    )
     if request_id is not None:
         existing = GenerationJob.objects.filter(api_key=api_key, request_id=request_id).first()
         if existing is not None:
@@ -137,14 +107,14 @@ def job_submit(
                 matter=matter,
                 api_key=api_key,
                 request_id=request_id,
-                model_spec=spec,
-                prompt_text=prompt.text,
-                messages=messages,
-                prompt_token_ids=prompt.token_ids,
+                model_spec=checked.spec,
+                prompt_text=checked.prompt.text,
+                messages=checked.messages,
+                prompt_token_ids=checked.prompt.token_ids,
                 stop=stop or [],
                 stream=stream,
                 caller_waits=caller_waits,
-                **job_params(spec, given),
+                **checked.params,
             )
             if enqueue:
                 transaction.on_commit(lambda: _enqueue(job))
@@ -164,12 +134,7 @@ def _enqueue(job: GenerationJob) -> None:
         _send(job)
     except Exception as exc:
         logger.error("could not queue job", extra={"job_id": str(job_id), "error": str(exc)})
-        GenerationJob.objects.filter(pk=job_id, status=GenerationJob.Status.QUEUED).update(
-            status=GenerationJob.Status.FAILED,
-            error=GenerationJob.Failure.QUEUE_UNAVAILABLE.label,
-            failure=GenerationJob.Failure.QUEUE_UNAVAILABLE,
-            finished_at=timezone.now(),
-        )
+        lifecycle.queue_failed(job_id)
         raise QueueUnavailable(str(exc)) from exc
 
 
@@ -237,13 +202,7 @@ def trails_seal_orphaned() -> int:
 def job_retry(*, job: GenerationJob) -> bool:
     """An operator's retry of a failed job: it is queued again and runs as a new attempt with
     a new trail linked to the failed one. False when the job had not failed."""
-    reset = GenerationJob.objects.filter(pk=job.pk, status=GenerationJob.Status.FAILED).update(
-        status=GenerationJob.Status.QUEUED,
-        error="",
-        failure="",
-        finished_at=None,
-        lease_expires_at=None,
-    )
+    reset = lifecycle.failed_requeue(job.pk)
     if reset:
         _enqueue(job)
     return bool(reset)
@@ -257,9 +216,7 @@ def job_cancel(*, job: GenerationJob) -> GenerationJob:
         GenerationJob.objects.filter(pk=job.pk, cancel_requested_at__isnull=True).update(
             cancel_requested_at=now
         )
-        never_ran = GenerationJob.objects.filter(
-            pk=job.pk, status=GenerationJob.Status.QUEUED
-        ).update(status=GenerationJob.Status.CANCELLED, finished_at=now)
+        never_ran = lifecycle.queued_cancel(job.pk)
     job.refresh_from_db()
     if job.status in (GenerationJob.Status.SUCCEEDED, GenerationJob.Status.FAILED):
         raise JobFinished(f"the job already {job.status}")

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from decoding.admission import OverCapacity
+from decoding.job_input import InvalidInput
 from decoding.services import QueueUnavailable
 
 _FIELD_FOR = {
@@ -32,6 +33,11 @@ def error_response(status_code: int, code: str, field: str | None, message: str,
 def exception_handler(exc, context):
     if isinstance(exc, exceptions.ValidationError):
         return _validation_error(exc)
+    if isinstance(exc, InvalidInput):
+        message = str(exc)
+        return error_response(
+            400, "invalid", exc.field, f"{exc.field}: {message}", {exc.field: [message]}
+        )
     if isinstance(exc, OverCapacity):
         response = error_response(429, "over_capacity", None, str(exc))
         response["Retry-After"] = str(exc.retry_after_s)

@@ -7,9 +7,7 @@ from django.conf import settings
 from django.urls import reverse
 from rest_framework import serializers
 
-from decoding import runtime
-from decoding.models import GenerationJob, ModelSpec
-from decoding.prompts import PromptError, prompt_tokenize
+from decoding.models import GenerationJob
 from decoding.selectors import job_answer, trail_for_job
 
 MAX_SEED = 2**53 - 1  # seeds travel in canonical JSON, whose integers stop at 2**53 - 1
@@ -64,7 +62,11 @@ class StopField(serializers.Field):
 
 
 class GenerationInput(serializers.Serializer):
-    """Shape checks only; defaults come from the model spec, then from the service."""
+    """A generation request. Its model, prompt and limits are checked when the job is
+    submitted, the same way for every client."""
+
+    # Shape checks only (types and ranges); every other rule is the service's
+    # (decoding.job_input), so `manage.py generate` refuses what this API refuses.
 
     model = serializers.CharField(max_length=100, required=False)
     prompt = serializers.CharField(required=False, allow_blank=False, trim_whitespace=False)
@@ -87,69 +89,10 @@ class GenerationInput(serializers.Serializer):
                 raise serializers.ValidationError({unknown[0]: ["Unknown field."]})
         return super().to_internal_value(data)
 
-    def validate_max_tokens(self, value):
-        limit = settings.PATHFINDER_MAX_OUTPUT_TOKENS
-        if value > limit:
-            raise serializers.ValidationError(
-                f"Ensure this value is less than or equal to {limit}."
-            )
-        return value
-
     def validate_top_p(self, value):
         if value <= 0:
             raise serializers.ValidationError("Ensure this value is greater than 0.")
         return value
-
-    def validate_draft_length(self, value):
-        limit = settings.PATHFINDER_MAX_DRAFT_LENGTH
-        if value > limit:
-            raise serializers.ValidationError(
-                f"Ensure this value is less than or equal to {limit}."
-            )
-        return value
-
-    def validate(self, attrs):
-        name = attrs.pop("model", None) or settings.PATHFINDER_DEFAULT_MODEL
-        spec = ModelSpec.objects.filter(name=name).first()
-        if spec is None:
-            raise serializers.ValidationError({"model": [f"No model named {name!r}."]})
-        messages = attrs.pop("messages", None)
-        if messages is not None:
-            messages = [dict(message) for message in messages]
-        try:
-            prompt = prompt_tokenize(
-                spec,
-                prompt=attrs.pop("prompt", None),
-                messages=messages,
-                prompt_token_ids=attrs.pop("prompt_token_ids", None),
-            )
-        except PromptError as exc:
-            raise serializers.ValidationError({exc.field: [str(exc)]}) from exc
-        _refuse_inexact_remote(spec, attrs)
-        eos = attrs.get("eos_token_id")
-        if eos is not None and eos >= runtime.vocab_size(spec):
-            raise serializers.ValidationError(
-                {"eos_token_id": [f"Token id {eos} is outside the model's vocabulary."]}
-            )
-        return {**attrs, "spec": spec, "prompt": prompt, "messages": messages}
-
-
-def _refuse_inexact_remote(spec: ModelSpec, attrs: dict) -> None:
-    """A remote model is exact only for greedy decoding and top-k within what it returns."""
-    from decoding.engine.providers.remote import params_refusal
-    from decoding.model_specs import remote_top_logprobs
-    from decoding.services import job_params
-
-    tops = remote_top_logprobs(spec)
-    if not tops:
-        return
-    effective = job_params(spec, {k: v for k, v in attrs.items() if k in ("temperature", "top_k")})
-    refusal = params_refusal(
-        temperature=effective["temperature"], top_k=effective["top_k"], top_logprobs=min(tops)
-    )
-    if refusal is not None:
-        field, reason = refusal
-        raise serializers.ValidationError({field: [f"Not exact on this model: {reason}."]})
 
 
 class GenerationFilter(serializers.Serializer):

@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 
 from decoding import relay, runtime, services, waiting
 from decoding.api.serializers import GenerationInput
+from decoding.job_input import InvalidInput
 from decoding.models import GenerationJob, ModelSpec
 from decoding.selectors import AnswerNotRecorded, job_answer
 from decoding.text import TextStream
@@ -84,6 +85,9 @@ class _Generate(OpenAIView):
                 caller_waits=True,
                 **native,
             )
+        except InvalidInput as exc:
+            slot.release()
+            raise InvalidInput(_OPENAI_FIELD.get(exc.field, exc.field), str(exc)) from exc
         except BaseException:
             slot.release()
             raise
@@ -153,13 +157,16 @@ class ChatCompletions(_Generate):
     kind = shapes.CHAT
 
 
+# The native field a /v1 request calls by another name.
+_OPENAI_FIELD = {"prompt_token_ids": "prompt"}
+
+
 def _native_input(data: dict) -> dict:
-    """Validate as the native API does (model, prompt, limits); errors keep OpenAI's names."""
+    """The request checked as the native API checks its shape; errors keep OpenAI's names."""
     native = GenerationInput(data=data)
     if not native.is_valid():
         renamed = {
-            ("prompt" if field == "prompt_token_ids" else field): errors
-            for field, errors in native.errors.items()
+            _OPENAI_FIELD.get(field, field): errors for field, errors in native.errors.items()
         }
         raise serializers.ValidationError(renamed)
     return native.validated_data

@@ -8,8 +8,7 @@ from rest_framework.test import APIClient
 
 from audit.keys import signing_key_create
 from decoding.execution import job_run
-from decoding.models import GenerationJob, ModelSpec
-from decoding.prompts import Prompt
+from decoding.models import GenerationJob
 from decoding.services import api_key_create, job_submit
 from pathfinder_site import celery_app
 
@@ -75,8 +74,8 @@ def run_job(owner):
         job, _ = job_submit(
             matter=owner.key.matter,
             api_key=owner.key,
-            spec=ModelSpec.objects.get(name="stub"),
-            prompt=Prompt(list(prompt), ""),
+            model="stub",
+            prompt_token_ids=list(prompt),
             **{**JOB_DEFAULTS, **overrides},
         )
         job_run(job_id=job.id)

@@ -13,8 +13,7 @@ import pytest
 from audit.store import trail_append, trail_open
 from decoding import relay, waiting
 from decoding.admission import OverCapacity, admit
-from decoding.models import GenerationJob, ModelSpec
-from decoding.prompts import Prompt
+from decoding.models import GenerationJob
 from decoding.services import job_submit
 
 STUB = {"model": "stub", "prompt": [1, 2, 3], "max_tokens": 4}
@@ -24,8 +23,8 @@ def submit(owner, *, caller_waits=False, matter=None):
     job, _ = job_submit(
         matter=matter or owner.key.matter,
         api_key=owner.key,
-        spec=ModelSpec.objects.get(name="stub"),
-        prompt=Prompt([1, 2, 3], ""),
+        model="stub",
+        prompt_token_ids=[1, 2, 3],
         caller_waits=caller_waits,
         max_tokens=4,
     )

@@ -24,8 +24,7 @@ from audit.keys import signing_key
 from audit.offline_verify import verify_bundle
 from audit.selectors import trail_decisions
 from decoding.execution import job_run
-from decoding.models import GenerationJob, Matter, ModelSpec
-from decoding.prompts import Prompt
+from decoding.models import GenerationJob, Matter
 from decoding.replay import replay_run
 from decoding.services import job_submit
 from reviewers import selectors
@@ -75,8 +74,8 @@ def run_other_job(outsider):
         job, _ = job_submit(
             matter=outsider.key.matter,
             api_key=outsider.key,
-            spec=ModelSpec.objects.get(name="stub"),
-            prompt=Prompt(list(prompt), ""),
+            model="stub",
+            prompt_token_ids=list(prompt),
             enqueue=False,
             **{**JOB_DEFAULTS, **overrides},
         )
@@ -230,8 +229,8 @@ def test_the_list_filters_by_matter_date_model_status_verification_and_search(
     queued, _ = job_submit(
         matter=owner.key.matter,
         api_key=owner.key,
-        spec=ModelSpec.objects.get(name="smollm2-135m-instruct"),
-        prompt=Prompt([1, 2], ""),
+        model="smollm2-135m-instruct",
+        prompt_token_ids=[1, 2],
         request_id="memo-7",
         enqueue=False,
         **JOB_DEFAULTS,
@@ -497,8 +496,8 @@ def test_a_job_without_a_trail_cannot_be_replayed_or_verified(owner, reviewer):
     queued, _ = job_submit(
         matter=owner.key.matter,
         api_key=owner.key,
-        spec=ModelSpec.objects.get(name="stub"),
-        prompt=Prompt([1, 2], ""),
+        model="stub",
+        prompt_token_ids=[1, 2],
         enqueue=False,
         **JOB_DEFAULTS,
     )

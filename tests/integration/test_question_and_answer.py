@@ -280,15 +280,14 @@ def test_a_job_cancelled_after_its_worker_died_served_nothing_and_verifies(owner
     from audit.store import trail_append, trail_open, trail_seal
     from decoding import runtime
     from decoding.claims import job_request_payload
-    from decoding.models import GenerationJob, ModelSpec
-    from decoding.prompts import Prompt
+    from decoding.models import GenerationJob
     from decoding.services import job_submit
 
     job, _ = job_submit(
         matter=owner.key.matter,
         api_key=owner.key,
-        spec=ModelSpec.objects.get(name="stub"),
-        prompt=Prompt([1, 2, 3], ""),
+        model="stub",
+        prompt_token_ids=[1, 2, 3],
         max_tokens=8,
         temperature=0.0,
         seed=1,

@@ -1,0 +1,127 @@
+"""What a generation request must satisfy before anything is stored, whichever way it came in
+(the native API, /v1, `manage.py generate`): a model that exists, one prompt that model can
+take, the service's limits, and parameters the model decodes exactly. Serializers check only
+shapes (types and ranges); every rule that needs the model or a setting is here, once.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from decoding import runtime
+from decoding.engine.providers.remote import params_refusal
+from decoding.model_specs import remote_top_logprobs
+from decoding.models import ModelSpec
+from decoding.prompts import Prompt, PromptError, prompt_tokenize
+
+JOB_PARAM_FIELDS = (
+    "max_tokens",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "draft_length",
+    "eos_token_id",
+)
+
+
+class InvalidInput(ValueError):
+    """A request the service refuses, naming the field to fix (a 400 on the APIs, an error from
+    the command line)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class JobInput:
+    spec: ModelSpec
+    prompt: Prompt
+    messages: list[dict] | None
+    params: dict  # every field of JOB_PARAM_FIELDS: what was given, else the defaults
+
+
+def job_input(
+    *,
+    model: str | None = None,
+    prompt: str | None = None,
+    messages: list[dict] | None = None,
+    prompt_token_ids: list[int] | None = None,
+    **given,
+) -> JobInput:
+    """The request checked and completed, or InvalidInput naming the first field at fault."""
+    unknown = sorted(set(given) - set(JOB_PARAM_FIELDS))
+    if unknown:
+        raise TypeError(f"unknown generation parameter {unknown[0]!r}")
+    name = model or settings.PATHFINDER_DEFAULT_MODEL
+    spec = ModelSpec.objects.filter(name=name).first()
+    if spec is None:
+        raise InvalidInput("model", f"No model named {name!r}.")
+    if messages is not None:
+        messages = [{"role": m["role"], "content": m["content"]} for m in messages]
+    try:
+        tokenized = prompt_tokenize(
+            spec, prompt=prompt, messages=messages, prompt_token_ids=prompt_token_ids
+        )
+    except PromptError as exc:
+        raise InvalidInput(exc.field, str(exc)) from exc
+    _check_limits(given)
+    params = job_params(spec, given)
+    _check_exact(spec, params)
+    eos = params["eos_token_id"]
+    if eos is not None and eos >= runtime.vocab_size(spec):
+        raise InvalidInput("eos_token_id", f"Token id {eos} is outside the model's vocabulary.")
+    return JobInput(spec=spec, prompt=tokenized, messages=messages, params=params)
+
+
+def job_params(spec: ModelSpec, given: dict) -> dict:
+    """The request's decoding parameters: what it gave, else the spec's defaults, else ours."""
+    params = {
+        "max_tokens": 16,
+        "temperature": 1.0,
+        "top_k": 0,
+        "top_p": 1.0,
+        "draft_length": settings.PATHFINDER_DEFAULT_DRAFT_LENGTH,
+        "eos_token_id": _default_eos(spec),
+        **{k: v for k, v in (spec.default_params or {}).items() if k in JOB_PARAM_FIELDS},
+        **given,
+    }
+    if params.get("seed") is None:
+        # Every job has a seed, so every job can be replayed.
+        params["seed"] = secrets.randbelow(2**53)
+    # A spec's defaults stay within the limits too (what a caller gives is refused beyond them).
+    params["max_tokens"] = min(params["max_tokens"], settings.PATHFINDER_MAX_OUTPUT_TOKENS)
+    params["draft_length"] = min(params["draft_length"], settings.PATHFINDER_MAX_DRAFT_LENGTH)
+    return params
+
+
+def _default_eos(spec: ModelSpec) -> int | None:
+    tokenizer = runtime.tokenizer_for(spec)
+    return tokenizer.eos_token_id if tokenizer is not None else None
+
+
+def _check_limits(given: dict) -> None:
+    for field, limit in (
+        ("max_tokens", settings.PATHFINDER_MAX_OUTPUT_TOKENS),
+        ("draft_length", settings.PATHFINDER_MAX_DRAFT_LENGTH),
+    ):
+        value = given.get(field)
+        if value is not None and value > limit:
+            raise InvalidInput(field, f"Ensure this value is less than or equal to {limit}.")
+
+
+def _check_exact(spec: ModelSpec, params: dict) -> None:
+    """A remote model is exact only for greedy decoding and top-k within what it returns."""
+    tops = remote_top_logprobs(spec)
+    if not tops:
+        return
+    refusal = params_refusal(
+        temperature=params["temperature"], top_k=params["top_k"], top_logprobs=min(tops)
+    )
+    if refusal is not None:
+        field, reason = refusal
+        raise InvalidInput(field, f"Not exact on this model: {reason}.")
