@@ -13,16 +13,18 @@ class DraftModelKind(DrafterKind):
     name = "draft_model"
     label = "draft model sharing the target's tokenizer"
 
+    def __init__(self, providers: dict[str, ProviderKind]):
+        # The provider kinds a draft may be (the registry's), handed in: no import back.
+        self.providers = providers
+
     def draft_provider(self, spec) -> tuple[ProviderKind, dict]:
         """The draft's kind (drafter_settings.provider, else the target's) and its options
         (drafter_settings.provider_settings, as a target's are its spec's provider_settings)."""
-        from .registry import PROVIDER_KINDS
-
         settings = spec.drafter_settings or {}
         name = settings.get("provider", spec.provider)
-        if name not in PROVIDER_KINDS:
+        if name not in self.providers:
             raise ValidationError({"drafter_settings": f"unknown draft provider {name!r}"})
-        return PROVIDER_KINDS[name], settings.get("provider_settings", {})
+        return self.providers[name], settings.get("provider_settings", {})
 
     def check(self, spec, target_vocab: int) -> None:
         kind, options = self.draft_provider(spec)

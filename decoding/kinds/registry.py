@@ -14,5 +14,5 @@ PROVIDER_KINDS: dict[str, ProviderKind] = {
     kind.name: kind for kind in (LlamaCppKind(), TransformersKind(), RemoteKind(), StubKind())
 }
 DRAFTER_KINDS: dict[str, DrafterKind] = {
-    kind.name: kind for kind in (PromptLookupKind(), DraftModelKind())
+    kind.name: kind for kind in (PromptLookupKind(), DraftModelKind(PROVIDER_KINDS))
 }
