@@ -16,6 +16,7 @@ from .bundle_format import TEXT_MEMBERS
 from .keys import signer_of
 from .log import NotYetCovered, inclusion_of
 from .models import DecisionRecord, Trail
+from .tiles import LogIncomplete
 from .verification import verify_trails
 
 # What `withhold` may name, and the bound fields each covers.
@@ -47,7 +48,7 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
     )
     try:
         inclusion = inclusion_of(trail.id)
-    except NotYetCovered as exc:
+    except (NotYetCovered, LogIncomplete) as exc:
         raise ExportError(str(exc)) from exc
     report = verify_trails([trail.id], scope=f"trail {trail.id}")
     models, params = _described(records)

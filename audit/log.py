@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import transaction
 
-from . import checkpoints, merkle, timestamps, witnessing
+from . import checkpoints, merkle, tiles, timestamps, witnessing
 from .keys import signing_key, verifier_keys, verify_note
 from .models import Checkpoint, LedgerEntry
 from .publish import publish
@@ -27,10 +27,13 @@ class NotYetCovered(Exception):
     """No signed checkpoint covers this trail's leaf yet (beat signs one soon after a seal)."""
 
 
-def leaves() -> list[bytes]:
-    """Every leaf of the log, in ledger order (leaf index == ledger seq)."""
-    payloads = LedgerEntry.objects.order_by("seq").values_list("payload", flat=True)
-    return [payload.encode("utf-8") for payload in payloads.iterator(chunk_size=2000)]
+class LogInconsistent(Exception):
+    """The log as stored is not an extension of the last signed checkpoint: refuse to sign."""
+
+
+def log_size() -> int:
+    last = LedgerEntry.objects.order_by("-seq").values_list("seq", flat=True).first()
+    return 0 if last is None else last + 1
 
 
 def latest_checkpoint(log_size: int, *, covering: int = 0) -> Checkpoint | None:
@@ -55,19 +58,24 @@ def checkpoint_create() -> Checkpoint:
     unchanged log keeps (and re-publishes, if that was missed) its latest checkpoint.
 
     Raises SigningKeyMissing where there is no key, PublishConflict when another checkpoint of
-    this size was published before (a fork); a witness or authority that is down only lowers
-    what the checkpoint carries, and raises the alert.
+    this size was published before (a fork), LogInconsistent when the tree as stored does not
+    extend the last signed one (a rewrite is never signed); a witness or authority that is
+    down only lowers what the checkpoint carries, and raises the alert.
     """
-    size = LedgerEntry.objects.count()
+    size = log_size()
     latest = latest_checkpoint(size, covering=size)
     if latest is None:
-        all_leaves = leaves()
-        size = len(all_leaves)
-        root = merkle.root(all_leaves)
+        tree = tiles.Tiles(size)
+        try:
+            tiles.tiles_extend(size)
+            root = tree.root()
+            _check_extends_last_signed(tree, root)
+        except tiles.LogIncomplete as exc:
+            raise LogInconsistent(f"{exc}: run verify_chain --all") from exc
         note = checkpoints.sign_checkpoint(
             settings.PATHFINDER_LOG_ORIGIN, size, root, signing_key().private
         )
-        note = _cosigned(note, all_leaves)
+        note = _cosigned(note, tree)
         token = _timestamp(note)
         with transaction.atomic():
             latest = Checkpoint.objects.create(
@@ -81,17 +89,36 @@ def configured_witnesses() -> list[witnessing.Witness]:
     return [witnessing.Witness.parse(spec) for spec in settings.PATHFINDER_WITNESSES]
 
 
-def _cosigned(note: str, all_leaves: list[bytes]) -> str:
+def _check_extends_last_signed(tree: tiles.Tiles, root: bytes) -> None:
+    """Before signing: the tree proves consistent with the newest checkpoint signed before it
+    (from the same tiles, so a stored tile or leaf rewritten since is caught here)."""
+    previous = latest_checkpoint(tree.size)
+    if previous is None or previous.tree_size == tree.size:
+        return
+    old_root = bytes.fromhex(previous.root_hash)
+    proof = tree.consistency_proof(previous.tree_size)
+    if not merkle.verify_consistency(previous.tree_size, tree.size, old_root, root, proof):
+        logger.error(
+            "the log does not extend its last signed checkpoint; nothing signed",
+            extra={"checkpoint": previous.id, "size": tree.size},
+        )
+        raise LogInconsistent(
+            f"the log of {tree.size} leaves is not consistent with checkpoint {previous.id} "
+            f"(size {previous.tree_size}): run verify_chain --all"
+        )
+
+
+def _cosigned(note: str, tree: tiles.Tiles) -> str:
     """The note with every cosignature the configured witnesses gave."""
     witnesses = configured_witnesses()
     if not witnesses:
         return note
-    size = len(all_leaves)
+    size = tree.size
 
     def proof_from(old_size: int) -> list[bytes] | None:
         if old_size > size:
             return None  # the witness saw a larger log than this one: a rollback
-        return merkle.consistency_proof(old_size, all_leaves)
+        return tree.consistency_proof(old_size)
 
     lines = []
     for witness in witnesses:
@@ -173,7 +200,7 @@ def witness_status(checkpoint: Checkpoint) -> WitnessStatus:
 
 def checkpoint_covering(entry: LedgerEntry) -> Checkpoint:
     """The newest valid checkpoint that covers a sealed leaf; NotYetCovered when none does."""
-    checkpoint = latest_checkpoint(LedgerEntry.objects.count(), covering=entry.seq + 1)
+    checkpoint = latest_checkpoint(log_size(), covering=entry.seq + 1)
     if checkpoint is None:
         interval = settings.PATHFINDER_CHECKPOINT_INTERVAL_S
         raise NotYetCovered(
@@ -195,11 +222,10 @@ def inclusion_of(trail_id: uuid.UUID) -> Inclusion:
     """A proof that the trail's sealed leaf is in the newest valid checkpoint covering it."""
     entry = LedgerEntry.objects.get(trail_id=trail_id)
     checkpoint = checkpoint_covering(entry)
-    covered = leaves()[: checkpoint.tree_size]
     return Inclusion(
         leaf_index=entry.seq,
         leaf_payload=entry.payload,
-        proof=merkle.inclusion_proof(entry.seq, covered),
+        proof=tiles.Tiles(checkpoint.tree_size).inclusion_proof(entry.seq),
         checkpoint=checkpoint,
     )
 
@@ -208,7 +234,8 @@ def checkpoint_failures(all_leaves: list[bytes]) -> list[str]:
     """Check every stored checkpoint: its signature, its configured witnesses' cosignatures (a
     line of theirs that does not verify), its row, its root against the leaves. Two
     checkpoints whose roots both match the log's prefixes are consistent with each other, so
-    the log only ever grew; the leaves are hashed once for all of them."""
+    the log only ever grew; the leaves are hashed once for all of them. Then every stored tile
+    against the leaves."""
     failures: list[str] = []
     claims = []
     witness_keys = [witness.verifier for witness in configured_witnesses()]
@@ -232,4 +259,4 @@ def checkpoint_failures(all_leaves: list[bytes]) -> list[str]:
     for label, signed in claims:
         if roots[signed.size] != signed.root:
             failures.append(f"{label}: the log's leaves no longer hash to the signed root")
-    return failures
+    return failures + tiles.tile_failures(all_leaves)

@@ -142,6 +142,27 @@ class Checkpoint(models.Model):
         return f"checkpoint of {self.tree_size} trails ({self.created_at:%Y-%m-%d %H:%M})"
 
 
+class LogTile(models.Model):
+    """A full C2SP tlog-tile of the global log's Merkle tree (audit.tiles): 256 hashes of one
+    level. Derived from the ledger, stored once its 256 hashes exist, never changed; every
+    verification recomputes them from the leaves."""
+
+    id = models.BigAutoField(primary_key=True)
+    level = models.PositiveSmallIntegerField()
+    index = models.PositiveBigIntegerField()
+    hashes = models.BinaryField()  # 8,192 bytes: 256 SHA-256 hashes, left to right
+    root = models.BinaryField()  # the tile's own Merkle Tree Hash: a hash of the level above
+
+    class Meta:
+        ordering = ["level", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["level", "index"], name="audit_logtile_level_index")
+        ]
+
+    def __str__(self) -> str:
+        return f"tile {self.level}/{self.index}"
+
+
 class TaskLock(models.Model):
     """A named lease for periodic work, so that only one runner does it at a time however many
     beat or worker processes fire it (portable: a conditional UPDATE, on SQLite too)."""

@@ -7,7 +7,7 @@ from django.conf import settings
 
 from audit.keys import SigningKeyMissing
 from audit.locks import run_exclusively
-from audit.log import checkpoint_create
+from audit.log import LogInconsistent, checkpoint_create
 from audit.metrics import VERIFICATION_FAILURES
 from audit.publish import PublishConflict
 from audit.verification import verify_everything
@@ -21,7 +21,7 @@ def create_checkpoint() -> int | None:
         checkpoint = run_exclusively(
             "audit.create_checkpoint", settings.PATHFINDER_CHECKPOINT_INTERVAL_S, checkpoint_create
         )
-    except (SigningKeyMissing, PublishConflict) as exc:
+    except (SigningKeyMissing, PublishConflict, LogInconsistent) as exc:
         # Fail closed and say why, every interval, until an operator acts (docs/operations.md).
         logger.error("no checkpoint signed", extra={"error": str(exc)})
         return None

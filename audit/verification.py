@@ -25,6 +25,7 @@ from .keys import verify_note
 from .log import NotYetCovered, checkpoint_failures, inclusion_of, witness_status
 from .models import DecisionRecord, LedgerEntry, Trail, VerificationRun
 from .publish import published_failures
+from .tiles import LogIncomplete
 
 _CHUNK = 2000
 _CLAIM_BATCH = 500  # trails whose job rows are fetched and compared in one query
@@ -333,6 +334,9 @@ def _check_inclusion(entry: LedgerEntry, report: Report) -> None:
         inclusion = inclusion_of(entry.trail_id)
     except NotYetCovered:
         _note(report, f"no valid signed checkpoint covers trail {trail_id} yet")
+        return
+    except LogIncomplete as exc:
+        report.failures.append(chain.Failure("ledger", trail_id, None, str(exc)))
         return
     checkpoint = inclusion.checkpoint
     signed = verify_note(checkpoint.note)

@@ -19,4 +19,5 @@ urlpatterns = [
     path("accounts/mfa/", mfa, name="mfa"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("portal/", include("reviewers.urls")),
+    path("log/", include("audit.urls")),
 ]

@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from audit.keys import SigningKeyMissing, signing_key
 from audit.locks import run_exclusively
-from audit.log import checkpoint_create, witness_status
+from audit.log import LogInconsistent, checkpoint_create, witness_status
 from audit.publish import PublishConflict, published_path
 
 
@@ -28,7 +28,7 @@ class Command(BaseCommand):
         try:
             # Under beat's lock, so the command and beat never sign the same size side by side.
             checkpoint = run_exclusively("audit.create_checkpoint", 300, checkpoint_create)
-        except (SigningKeyMissing, PublishConflict) as exc:
+        except (SigningKeyMissing, PublishConflict, LogInconsistent) as exc:
             raise CommandError(str(exc)) from exc
         if checkpoint is None:
             raise CommandError("another checkpoint is being signed right now; try again")

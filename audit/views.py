@@ -1,0 +1,57 @@
+"""The global log, read-only, as c2sp.org/tlog-tiles serves it: /log/checkpoint, /log/tile/…
+and /log/tile/entries/…, so transparency-log clients, witnesses and auditors can follow it
+with their own code. Public and unauthenticated like any transparency log: a leaf names a
+trail, its job, its record count, head hash and outcome, never a prompt or an answer.
+
+Only what the newest valid checkpoint covers is served: a tile or bundle beyond it is a 404.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.views.decorators.http import require_GET
+
+from .log import latest_checkpoint, log_size
+from .tiles import WIDTH, LogIncomplete, Tiles, parse_tile_path
+
+# Full tiles never change; the checkpoint does, every interval (the spec: a few seconds).
+_IMMUTABLE = "public, max-age=31536000, immutable"
+_CHECKPOINT_CACHE = "public, max-age=5"
+
+
+def _not_found(message: str) -> HttpResponse:
+    return HttpResponse(f"{message}\n", status=404, content_type="text/plain; charset=utf-8")
+
+
+@require_GET
+def checkpoint(request):
+    latest = latest_checkpoint(log_size())
+    if latest is None:
+        return _not_found("no checkpoint has been signed yet")
+    response = HttpResponse(latest.note, content_type="text/plain; charset=utf-8")
+    response["Cache-Control"] = _CHECKPOINT_CACHE
+    return response
+
+
+@require_GET
+def tile(request, path: str):
+    try:
+        level, index, width = parse_tile_path(path)
+    except ValueError as exc:
+        return _not_found(str(exc))
+    latest = latest_checkpoint(log_size())
+    covered = latest.tree_size if latest is not None else 0
+    span = WIDTH ** (level or 0)
+    # The tree whose rightmost tile of this level this is: a partial tile is served for the
+    # size that makes it (the same bytes for every size up to the next leaf of its level).
+    size = (index * WIDTH + width) * span
+    if size > covered:
+        return _not_found(f"{request.path}: beyond the newest checkpoint ({covered} leaves)")
+    try:
+        tree = Tiles(size)
+        body = tree.entries(index) if level is None else tree.tile(level, index)
+    except LogIncomplete as exc:
+        return _not_found(str(exc))
+    response = HttpResponse(body, content_type="application/octet-stream")
+    response["Cache-Control"] = _IMMUTABLE
+    return response
