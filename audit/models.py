@@ -74,6 +74,14 @@ class DecisionRecord(models.Model):
             models.UniqueConstraint(fields=["trail", "seq"], name="audit_record_trail_seq"),
             models.UniqueConstraint(fields=["trail", "prev_hash"], name="audit_record_trail_prev"),
         ]
+        indexes = [
+            # The request and answer records alone, which every run compares with job rows.
+            models.Index(
+                fields=["trail", "seq"],
+                condition=~models.Q(kind="decision"),
+                name="audit_record_bound",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"record {self.seq} of trail {self.trail_id}"
@@ -111,6 +119,13 @@ class VerificationRun(models.Model):
     failures = models.JSONField(default=list)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField()
+    # A run of the whole store that found it intact leaves its verified-up-to point
+    # (audit.anchored): the checkpoint it verified, the snapshot it read and their MAC.
+    records_covered = models.PositiveBigIntegerField(default=0)
+    anchored_size = models.PositiveBigIntegerField(null=True, blank=True)
+    anchored_root = models.CharField(max_length=64, blank=True)
+    snapshot_xmin = models.BigIntegerField(null=True, blank=True)
+    point_mac = models.CharField(max_length=64, blank=True)
 
     class Meta:
         # By id, the order the database gave: started_at is a timestamp the application writes.

@@ -20,22 +20,30 @@ from itertools import groupby
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import binding, chain, claims, merkle
+from . import anchored, binding, chain, claims, merkle
 from .keys import verify_note
-from .log import NotYetCovered, checkpoint_failures, inclusion_of, witness_status
+from .log import (
+    NotYetCovered,
+    checkpoint_failures,
+    inclusion_of,
+    latest_checkpoint,
+    witness_status,
+)
 from .models import DecisionRecord, LedgerEntry, Trail, VerificationRun
 from .publish import published_failures
 from .tiles import LogIncomplete
 
 _CHUNK = 2000
-_CLAIM_BATCH = 500  # trails whose job rows are fetched and compared in one query
+_WALK_BATCH = 200  # trails whose records are read in one query, when only some are walked
+_CLAIM_BATCH = 2000  # trails whose job rows are fetched and compared in one query
 
 
 @dataclass
 class Report:
     scope: str
     trails_checked: int = 0
-    records_checked: int = 0
+    records_checked: int = 0  # walked, link by link
+    records_covered: int = 0  # walked, or anchored and unchanged since a verified point
     ledger_entries_checked: int = 0
     jobs_checked: int = 0
     failures: list[chain.Failure] = field(default_factory=list)
@@ -51,9 +59,9 @@ class Report:
     def lines(self) -> list[str]:
         """The report for people: a summary, then each broken link."""
         lines = [
-            f"Verified {self.scope}: {self.trails_checked} trails, {self.records_checked} "
-            f"records, {self.ledger_entries_checked} ledger entries, {self.jobs_checked} job "
-            "rows.",
+            f"Verified {self.scope}: {self.trails_checked} trails, {self.records_covered} "
+            f"records ({self.records_checked} walked), {self.ledger_entries_checked} ledger "
+            f"entries, {self.jobs_checked} job rows.",
             *(f"Note: {note}" for note in self.notes),
         ]
         if self.ok:
@@ -70,6 +78,7 @@ class Report:
             "ok": self.ok,
             "trails_checked": self.trails_checked,
             "records_checked": self.records_checked,
+            "records_covered": self.records_covered,
             "ledger_entries_checked": self.ledger_entries_checked,
             "jobs_checked": self.jobs_checked,
             "checkpoint": self.checkpoint_size,
@@ -106,11 +115,18 @@ def verify_trails(trail_ids: Iterable[uuid.UUID], *, scope: str) -> Report:
     return _recorded(report, started)
 
 
-def verify_everything(*, progress: Callable[[], None] | None = None) -> Report:
-    """Verify every trail, job row and the whole ledger, one streamed pass over each table."""
+def verify_everything(*, progress: Callable[[], None] | None = None, full: bool = False) -> Report:
+    """Verify every trail, job row and the whole ledger, one streamed pass over each table.
+
+    Incremental unless `full`: trails anchored under the last verified point (audit.anchored)
+    are not walked record by record again; everything else is."""
     started = timezone.now()
     report = Report(scope="all")
     with _snapshot():
+        xmin = anchored.snapshot_xmin()
+        point = None if full else _usable_point(report)
+        if full:
+            _note(report, "every record walked, as asked (a full run)")
         trails = {
             str(trail.id): trail
             for trail in Trail.objects.only(
@@ -126,12 +142,27 @@ def verify_everything(*, progress: Callable[[], None] | None = None) -> Report:
                 "salt",
             ).iterator(chunk_size=_CHUNK)
         }
+        # The ledger first: where each trail was sealed decides whether it is anchored.
+        sealed: dict[str, dict] = {}
+        sealed_at: dict[str, int] = {}
+        leaves: list[bytes] = []  # the Merkle log's leaves, for the checkpoints below
+        for seq, (payload, failures) in enumerate(chain.verify_ledger(_ledger_entries(leaves))):
+            report.ledger_entries_checked += 1
+            report.failures.extend(failures)
+            trail_id = payload.get("trail")
+            sealed[trail_id], sealed_at[trail_id] = payload, seq
+        fixed, to_walk = _anchored_trails(point, sealed, sealed_at, report) if point else ({}, None)
+
         summaries: dict[str, chain.TrailSummary] = {}
         batch: list[_Walked] = []
-        rows = DecisionRecord.objects.order_by("trail_id", "seq", "id")
-        for trail_id, records in groupby(_stored(rows), key=lambda record: record[0].trail_id):
+        for trail_id, records in _records_to_walk(to_walk):
             walked = _walk(trail_id, trails.get(trail_id), records, report)
             summaries[trail_id] = walked.summary
+            batch = _claims_batch(batch, walked, report)
+            if progress:
+                progress()
+        for walked in _anchored_walks(fixed, trails, sealed, report):
+            summaries[walked.contents.trail_id] = walked.summary
             batch = _claims_batch(batch, walked, report)
             if progress:
                 progress()
@@ -142,20 +173,13 @@ def verify_everything(*, progress: Callable[[], None] | None = None) -> Report:
         _check_claims(batch, report)
         _check_pointers(trails, report)
 
-        sealed: set[str] = set()
-        leaves: list[bytes] = []  # the Merkle log's leaves, for the checkpoints below
-        for payload, failures in chain.verify_ledger(_ledger_entries(leaves)):
-            report.ledger_entries_checked += 1
-            report.failures.extend(failures)
-            trail_id = payload.get("trail")
-            sealed.add(trail_id)
-            summary = summaries.get(trail_id)
-            report.failures.extend(chain.check_sealed_trail(payload, summary))
+        for trail_id, payload in sealed.items():
+            report.failures.extend(chain.check_sealed_trail(payload, summaries.get(trail_id)))
             report.failures.extend(_leaf_against_row(payload, trails.get(trail_id)))
         for trail_id, trail in trails.items():
             if trail_id not in sealed:
                 _check_open(trail_id, summaries[trail_id], trail, report)
-        for trail_id in summaries.keys() - trails.keys() - sealed:
+        for trail_id in summaries.keys() - trails.keys() - sealed.keys():
             report.failures.append(
                 chain.Failure("trail", trail_id, 0, "records belong to a trail that does not exist")
             )
@@ -163,7 +187,110 @@ def verify_everything(*, progress: Callable[[], None] | None = None) -> Report:
             report.failures.append(chain.Failure("checkpoint", None, None, reason))
         for reason in published_failures(leaves, len(leaves)):
             report.failures.append(chain.Failure("checkpoint", None, None, reason))
-    return _recorded(report, started)
+        verified = latest_checkpoint(len(leaves)) if report.ok and xmin is not None else None
+    return _recorded(report, started, point=(verified, xmin) if verified else None)
+
+
+def _usable_point(report: Report) -> anchored.Point | None:
+    point, problem = anchored.latest_point()
+    if problem:
+        report.failures.append(chain.Failure("verification", None, None, problem))
+    elif point is None:
+        _note(report, _NO_POINT)
+    return point
+
+
+_NO_POINT = (
+    "every record walked: no verified point to start from (the first run, a full run, "
+    "or a store without PostgreSQL's row versions)"
+)
+
+
+def _anchored_trails(
+    point: anchored.Point, sealed: dict, sealed_at: dict, report: Report
+) -> tuple[dict[str, int], list[str]]:
+    """Trails sealed under the point that no write touched since and that hold the records
+    their leaf sealed (with their record counts), and every other trail with records, which
+    is walked."""
+    counts = anchored.record_counts(point)
+    fixed = {}
+    for trail_id, (count, changed) in counts.items():
+        payload = sealed.get(trail_id)
+        if (
+            payload is not None
+            and sealed_at[trail_id] < point.size
+            and not changed
+            and count == payload.get("records")
+        ):
+            fixed[trail_id] = count
+    _note(
+        report,
+        f"incremental from verification run {point.run_id} (checkpoint of {point.size} "
+        f"leaves): {len(fixed)} anchored trails unchanged since were not walked again",
+    )
+    return fixed, sorted(counts.keys() - fixed.keys())
+
+
+def _records_to_walk(to_walk: list[str] | None):
+    """(trail id, its (record, kind) pairs) for each trail of `to_walk` (None: every trail
+    with records, in one streamed pass)."""
+    rows = DecisionRecord.objects.order_by("trail_id", "seq", "id")
+    if to_walk is None:
+        yield from groupby(_stored(rows), key=lambda record: record[0].trail_id)
+        return
+    for start in range(0, len(to_walk), _WALK_BATCH):
+        chunk = to_walk[start : start + _WALK_BATCH]
+        yield from groupby(
+            _stored(rows.filter(trail_id__in=chunk)), key=lambda record: record[0].trail_id
+        )
+
+
+def _anchored_walks(fixed: dict[str, int], trails: dict, sealed: dict, report: Report):
+    """Each anchored trail as its earlier walk left it (its sealed length and head), with its
+    request and answer records read again for the job-row checks: one pass over those records
+    alone (an index of their own), not over the decisions between them."""
+    if not fixed:
+        return
+    bound = (
+        DecisionRecord.objects.exclude(kind=DecisionRecord.Kind.DECISION)
+        .order_by("trail_id", "seq")
+        .values_list("trail_id", "kind", "payload")
+    )
+    seen: set[str] = set()
+    for trail_uuid, rows in groupby(bound.iterator(chunk_size=_CHUNK), key=lambda row: row[0]):
+        trail_id = str(trail_uuid)
+        if trail_id in fixed:
+            seen.add(trail_id)
+            yield _anchored(
+                trail_id,
+                {kind: payload for _, kind, payload in rows},
+                fixed,
+                trails,
+                sealed,
+                report,
+            )
+    for trail_id in fixed.keys() - seen:  # a v1 trail: no request or answer records
+        yield _anchored(trail_id, {}, fixed, trails, sealed, report)
+
+
+def _anchored(trail_id, bound: dict, fixed, trails, sealed, report: Report) -> _Walked:
+    trail, leaf = trails.get(trail_id), sealed[trail_id]
+    contents = binding.Contents(trail_id, leaf.get("v", 1))
+    if binding.REQUEST in bound:
+        contents.request = json.loads(bound[binding.REQUEST])
+    if binding.ANSWER in bound:
+        contents.answer = json.loads(bound[binding.ANSWER])
+    summary = chain.TrailSummary(trail_id, fixed[trail_id], leaf.get("head", ""))
+    report.trails_checked += 1
+    report.records_covered += fixed[trail_id]
+    if trail is not None:
+        if (trail.record_count, trail.head_hash) != (summary.record_count, summary.head_hash):
+            report.failures.append(
+                chain.Failure("trail", trail_id, None, "trail row's head differs from its leaf")
+            )
+        if contents.request is not None:
+            report.failures.extend(_request_against_row(contents.request, trail))
+    return _Walked(trail, summary, contents)
 
 
 def _walk(trail_id: str, trail: Trail | None, records, report: Report) -> _Walked:
@@ -186,6 +313,7 @@ def _walk(trail_id: str, trail: Trail | None, records, report: Report) -> _Walke
     outcome = trail.outcome if trail is not None and trail.status == Trail.Status.SEALED else None
     report.trails_checked += 1
     report.records_checked += summary.record_count
+    report.records_covered += summary.record_count
     report.failures.extend(summary.failures)
     report.failures.extend(contents.finish(sealed_outcome=outcome))
     if trail is not None and contents.request is not None:
@@ -416,12 +544,22 @@ def _snapshot():
         yield
 
 
-def _recorded(report: Report, started) -> Report:
+def _recorded(report: Report, started, point=None) -> Report:
+    """Store the run; a run of everything that found it intact also leaves its verified point
+    (the checkpoint it verified, the snapshot it read), under its MAC."""
+    checkpoint, xmin = point if point else (None, None)
     VerificationRun.objects.create(
         scope=report.scope[:200],
         ok=report.ok,
         trails_checked=report.trails_checked,
         records_checked=report.records_checked,
+        records_covered=report.records_covered,
+        anchored_size=checkpoint.tree_size if checkpoint else None,
+        anchored_root=checkpoint.root_hash if checkpoint else "",
+        snapshot_xmin=xmin,
+        point_mac=anchored.point_mac(checkpoint.tree_size, checkpoint.root_hash, xmin)
+        if checkpoint
+        else "",
         ledger_entries_checked=report.ledger_entries_checked,
         failures=[failure.as_dict() for failure in report.failures[:1000]],
         started_at=started,

@@ -181,15 +181,25 @@ def _pages(repeats: int) -> list[dict]:
         ("trails list, search", "get", f"/portal/?q={str(last.id)[:8]}"),
         ("a job's walk", "get", f"/portal/jobs/{job.id}/"),
         ("custody log", "get", "/portal/custody/"),
-        ("custody log, last page", "get", "/portal/custody/?page=9999"),
+        ("custody log, oldest page", "get", "/portal/custody/?before=60"),
         ("Verify", "post", f"/portal/jobs/{job.id}/verify"),
         ("Export", "post", f"/portal/jobs/{job.id}/export"),
     ]
-    results = []
+    # The process's first request compiles templates and resolves URLs once: timed apart.
+    cold_ms, _ = _timed(lambda: client.get("/portal/"))
+    results = [
+        {
+            "page": "first request of the process (cold)",
+            "url": "/portal/",
+            "status": 200,
+            "median_ms": round(cold_ms, 1),
+            "worst_ms": round(cold_ms, 1),
+        }
+    ]
     for name, method, url in pages:
         times, status = [], None
         for _ in range(repeats):
-            ms, response = _timed(lambda: getattr(client, method)(url))
+            ms, response = _timed(lambda m=method, u=url: getattr(client, m)(u))
             times.append(ms)
             status = response.status_code
         results.append(
@@ -210,7 +220,8 @@ def render(report: dict) -> str:
         "# Audit work on a large store",
         "",
         f"Command: `{report['command']}` at {report['revision']}, {report['date']}.",
-        f"Machine: {report['machine']}. Load before {report['load_before']}, after {report['load_after']}.",
+        f"Machine: {report['machine']}.",
+        f"Load before {report['load_before']}, after {report['load_after']}.",
         f"PostgreSQL {report['postgres']['server_version']} (fsync {report['postgres']['fsync']}, "
         f"synchronous_commit {report['postgres']['synchronous_commit']}).",
         "",
@@ -253,8 +264,11 @@ def render(report: dict) -> str:
     ]
     for page in report["pages"]:
         ok = "yes" if page["worst_ms"] < PAGE_TARGET_MS else "no"
+        if "cold" in page["page"]:
+            ok = "(not a page)"
         lines.append(
-            f"| {page['page']} | {page['status']} | {page['median_ms']} | {page['worst_ms']} | {ok} |"
+            f"| {page['page']} | {page['status']} | {page['median_ms']} | {page['worst_ms']} "
+            f"| {ok} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -5,6 +5,7 @@ compares the row with those records, so there is one home for how a job maps ont
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
+from types import SimpleNamespace
 
 from audit import binding
 from decoding.engine import GenerationParams, params_payload
@@ -85,14 +86,46 @@ def job_request_payload(job: GenerationJob, trail, models) -> dict:
     )
 
 
+# What a claim reads of a job row (job_claim, job_question), and nothing more.
+_CLAIMED_FIELDS = (
+    "id",
+    "trail_id",
+    "attempts",
+    "matter__name",
+    "request_id",
+    "model_spec__name",
+    "messages",
+    "prompt_text",
+    "prompt_token_ids",
+    "stop",
+    "stream",
+    "status",
+    "stop_reason",
+    "output_token_ids",
+    "output_text",
+    *JOB_PARAM_FIELDS,
+)
+
+
+class _ClaimedRow(SimpleNamespace):
+    """A job row read as values, with the attributes job_claim reads of a GenerationJob."""
+
+    def __init__(self, row: dict):
+        fields = {name: value for name, value in row.items() if "__" not in name}
+        super().__init__(
+            **fields,
+            matter=SimpleNamespace(name=row["matter__name"]),
+            model_spec=SimpleNamespace(name=row["model_spec__name"]),
+        )
+
+
 class JobClaims:
     """The claims source audit.verification reads (registered in decoding.apps)."""
 
     def for_trails(self, trail_ids: Collection[str]) -> list[binding.Claim]:
-        jobs = GenerationJob.objects.filter(trail_id__in=list(trail_ids)).select_related(
-            "matter", "model_spec"
-        )
-        return [job_claim(job) for job in jobs.iterator(chunk_size=500)]
+        # Rows, not model instances: this runs for every job on every verification.
+        rows = GenerationJob.objects.filter(trail_id__in=list(trail_ids)).values(*_CLAIMED_FIELDS)
+        return [job_claim(_ClaimedRow(row)) for row in rows]
 
     def pointers(self) -> Iterator[tuple[str, str]]:
         rows = GenerationJob.objects.filter(trail_id__isnull=False).values_list("id", "trail_id")

@@ -341,6 +341,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": PATHFINDER_CHECKPOINT_INTERVAL_S,
     },
     "verify-every-trail": {"task": "audit.verify_all", "schedule": PATHFINDER_VERIFY_INTERVAL_S},
+    "verify-the-custody-chain": {
+        "task": "reviewers.verify_custody",
+        "schedule": PATHFINDER_VERIFY_INTERVAL_S,
+    },
+    "chain-pending-views": {"task": "reviewers.chain_pending_views", "schedule": 5},
     "recover-lost-jobs": {
         "task": "decoding.recover_jobs",
         "schedule": PATHFINDER_RECOVERY_INTERVAL_S,

@@ -17,6 +17,8 @@ are chained the way audit records are (docs/audit-format.md), in one chain over 
 
 SHA256 is the lowercase hex digest, seq is base-10 ASCII, the payload is hashed as the exact stored
 UTF-8 bytes. Appends are serialised (one writer at a time), so seq has no gaps and is commit order.
+A page view is written first as pending and chained moments later, so its "at" (when it
+happened) may be a little earlier than that of an event chained before it.
 The columns next to the payload (action, user, job, trail, detail, time) are query copies; a
 verifier requires them to say what the hashed payload says.
 """
@@ -112,10 +114,13 @@ class CustodyReport:
         return self.failures[0] if self.failures else None
 
 
-def verify_events(events: Iterable[StoredEvent]) -> CustodyReport:
-    """Check every link of the chain (events in seq order), collecting every failure."""
+def verify_events(
+    events: Iterable[StoredEvent], *, after: tuple[int, str] | None = None
+) -> CustodyReport:
+    """Check every link of the chain (events in seq order), collecting every failure; from
+    its start, or from the event after `after` = (seq, event hash) of a verified event."""
     report = CustodyReport()
-    expected_seq, expected_prev = 0, custody_genesis_hash()
+    expected_seq, expected_prev = (after[0] + 1, after[1]) if after else (0, custody_genesis_hash())
     for event in events:
         report.events_checked += 1
         fail = report.failures.append

@@ -78,6 +78,10 @@ class PageForm(forms.Form):
     page = forms.IntegerField(required=False, min_value=1, max_value=100_000)
 
 
+class CustodyPageForm(forms.Form):
+    before = forms.IntegerField(required=False, min_value=0)
+
+
 def errors_text(form: forms.Form) -> str:
     """'field: message' for every error, for a plain-text 400."""
     return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in form.errors.items())

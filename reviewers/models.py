@@ -116,3 +116,41 @@ class CustodyEvent(models.Model):
 
     def __str__(self) -> str:
         return f"custody event {self.seq}: {self.action} by {self.user_id}"
+
+
+class CustodyPending(models.Model):
+    """A page view waiting to be chained (reviewers.services.custody_chain_pending): a view is
+    written here without waiting on the chain's one writer, and chained moments later, in the
+    order the views were written, by whichever request or task next holds the chain."""
+
+    id = models.BigAutoField(primary_key=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    job_id = models.UUIDField(null=True, blank=True)
+    trail_id = models.UUIDField(null=True, blank=True)
+    detail = models.JSONField(default=dict)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"pending view by {self.user_id} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class CustodyPoint(models.Model):
+    """A verified-up-to point of the custody chain: every event up to `seq` verified, the event
+    at `seq` hashing to `event_hash`, under a MAC keyed by the secret key (reviewers.custody),
+    so the custody page checks only what was chained since. Append-only."""
+
+    id = models.BigAutoField(primary_key=True)
+    seq = models.PositiveBigIntegerField()
+    event_hash = models.CharField(max_length=64)
+    mac = models.CharField(max_length=64)
+    full_walk = models.BooleanField(default=False)  # made by walking the chain from its start
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"custody verified through seq {self.seq}"

@@ -16,7 +16,6 @@ from audit.models import Trail
 from audit.selectors import trail_decision, trail_decisions
 from decoding.models import GenerationJob, Matter, Replay
 
-from . import custody
 from .models import Annotation, CustodyEvent, SignOff, TrailVerification
 from .steps import Step, emitted_tokens, step_present
 
@@ -76,11 +75,11 @@ def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None 
     """One page of the reviewer's jobs, newest first. No COUNT: page_size + 1 rows are fetched
     to learn whether a next page exists."""
     page_size = page_size or PAGE_SIZE
-    jobs = (
-        job_queryset_for(user=user)
-        .select_related("matter", "model_spec")
-        .annotate(verified_ok=_latest_verification("ok"), verified_at=_latest_verification("at"))
-    )
+    jobs = job_queryset_for(user=user)
+    if filters.verification:
+        # Filtering by the latest verdict needs it for every candidate row; otherwise it is
+        # read for the page's rows only, after the page is cut.
+        jobs = jobs.annotate(verified_ok=_latest_verification("ok"))
     if filters.matter is not None:
         jobs = jobs.filter(matter=filters.matter)
     if filters.since is not None:
@@ -100,8 +99,18 @@ def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None 
     if filters.q:
         jobs = jobs.filter(_search(filters.q))
     offset = (page - 1) * page_size
-    rows = list(jobs.order_by("-created_at", "-id")[offset : offset + page_size + 1])
-    return Page(rows=rows[:page_size], number=page, has_next=len(rows) > page_size)
+    ids = list(
+        jobs.order_by("-created_at", "-id").values_list("id", flat=True)[
+            offset : offset + page_size + 1
+        ]
+    )
+    rows = list(
+        GenerationJob.objects.filter(id__in=ids[:page_size])
+        .select_related("matter", "model_spec")
+        .annotate(verified_ok=_latest_verification("ok"), verified_at=_latest_verification("at"))
+        .order_by("-created_at", "-id")
+    )
+    return Page(rows=rows, number=page, has_next=len(ids) > page_size)
 
 
 def _start_of(day: datetime.date) -> datetime.datetime:
@@ -174,32 +183,28 @@ def sign_off_list(*, job: GenerationJob) -> list[SignOff]:
     )
 
 
-def custody_event_list(*, user, page: int = 1, page_size: int | None = None) -> Page:
-    """Custody events, newest first: of the reviewer's matters' jobs, or all of them for staff."""
+def custody_event_list(
+    *, user, before: int | None = None, page_size: int | None = None
+) -> CustodyPage:
+    """Custody events, newest first, of the reviewer's matters' jobs (all of them for staff):
+    those before seq `before`, or the newest. Keyset pages (no COUNT, no OFFSET), so the
+    oldest page costs what the newest does."""
     page_size = page_size or PAGE_SIZE
     events = CustodyEvent.objects.select_related("user")
     if not user.is_staff:
         events = events.filter(job_id__in=job_queryset_for(user=user).values("id"))
-    offset = (page - 1) * page_size
-    rows = list(events.order_by("-seq")[offset : offset + page_size + 1])
-    return Page(rows=rows[:page_size], number=page, has_next=len(rows) > page_size)
-
-
-def custody_verify() -> custody.CustodyReport:
-    """Walk the whole custody chain (streamed, in seq order) and name every broken event."""
-    events = CustodyEvent.objects.order_by("seq", "id").iterator(chunk_size=2000)
-    return custody.verify_events(
-        custody.StoredEvent(
-            seq=event.seq,
-            prev_hash=event.prev_hash,
-            event_hash=event.event_hash,
-            payload=event.payload,
-            action=event.action,
-            user_id=event.user_id,
-            job_id=str(event.job_id) if event.job_id else None,
-            trail_id=str(event.trail_id) if event.trail_id else None,
-            detail=event.detail,
-            at=event.created_at,
-        )
-        for event in events
+    if before is not None:
+        events = events.filter(seq__lt=before)
+    rows = list(events.order_by("-seq")[: page_size + 1])
+    return CustodyPage(
+        rows=rows[:page_size],
+        newest=before is None,
+        older_than=rows[page_size - 1].seq if len(rows) > page_size else None,
     )
+
+
+@dataclass
+class CustodyPage:
+    rows: list
+    newest: bool  # the first page
+    older_than: int | None  # the `before` of the next (older) page, if there is one

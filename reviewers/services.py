@@ -9,10 +9,10 @@ import tempfile
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from audit.chain import Failure, canonical_json
+from audit.chain import Failure
 from audit.export import ExportError, trail_export
 from audit.models import LedgerEntry
 from audit.verification import verify_trails
@@ -20,11 +20,8 @@ from decoding.admission import OverCapacity
 from decoding.models import GenerationJob, Matter, Replay
 from decoding.replay import replay_request
 
-from . import custody
+from .custody_chain import custody_append, custody_view
 from .models import Annotation, CustodyEvent, MatterGrant, SignOff, TrailVerification
-
-# pg_advisory_xact_lock key for custody appends ("PFCUSTDY" as an integer).
-_CUSTODY_LOCK_KEY = int.from_bytes(b"PFCUSTDY", "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 class PortalRefusal(Exception):
@@ -36,53 +33,8 @@ class PortalRefusal(Exception):
         self.status = status
 
 
-def custody_append(
-    *, user, action: str, job: GenerationJob | None = None, detail: dict | None = None
-) -> CustodyEvent:
-    """Append one event to the custody chain (format: reviewers.custody), one writer at a time."""
-    detail = detail or {}
-    job_id = str(job.id) if job is not None else None
-    trail_id = str(job.trail_id) if job is not None and job.trail_id else None
-    with transaction.atomic():
-        _lock_custody()
-        last = CustodyEvent.objects.order_by("-seq").only("seq", "event_hash").first()
-        seq = last.seq + 1 if last else 0
-        prev_hash = last.event_hash if last else custody.custody_genesis_hash()
-        at = timezone.now()  # taken under the lock, so time never runs backwards along seq
-        payload = custody.custody_payload(
-            action=action,
-            user_id=user.pk,
-            username=user.get_username(),
-            job_id=job_id,
-            trail_id=trail_id,
-            detail=detail,
-            at=at,
-        )
-        return CustodyEvent.objects.create(
-            seq=seq,
-            user=user,
-            action=action,
-            job_id=job_id,
-            trail_id=trail_id,
-            detail=canonical_json(detail),
-            payload=payload,
-            created_at=at,
-            prev_hash=prev_hash,
-            event_hash=custody.custody_event_hash(seq, prev_hash, payload),
-        )
-
-
-def _lock_custody() -> None:
-    # As audit.store._lock_ledger: SQLite's IMMEDIATE transactions already serialise writers.
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CUSTODY_LOCK_KEY])
-
-
-def trail_view_record(*, user, job: GenerationJob, step: int | None) -> CustodyEvent:
-    return custody_append(
-        user=user, action=CustodyEvent.Action.VIEW, job=job, detail={"step": step}
-    )
+def trail_view_record(*, user, job: GenerationJob, step: int | None) -> None:
+    custody_view(user=user, job=job, detail={"step": step})
 
 
 def trail_verify(*, user, job: GenerationJob) -> TrailVerification:

@@ -15,7 +15,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from . import selectors, services
-from .forms import AnnotationForm, JobFilterForm, PageForm, StepForm, errors_text
+from .custody_chain import custody_chain_pending, custody_verify
+from .forms import AnnotationForm, CustodyPageForm, JobFilterForm, StepForm, errors_text
 from .steps import step_present
 
 
@@ -223,14 +224,21 @@ def job_sign_off(request, job_id: uuid.UUID):
 @login_required
 @require_GET
 def custody_log(request):
-    form = PageForm(request.GET)
+    form = CustodyPageForm(request.GET)
     if not form.is_valid():
         return _bad_request(request, errors_text(form))
-    page = selectors.custody_event_list(user=request.user, page=form.cleaned_data["page"] or 1)
+    custody_chain_pending()  # views still waiting for the chain are listed chained
+    page = selectors.custody_event_list(user=request.user, before=form.cleaned_data["before"])
     visible_jobs = set(
         selectors.job_queryset_for(user=request.user)
         .filter(id__in=[event.job_id for event in page.rows if event.job_id])
         .values_list("id", flat=True)
     )
-    context = {"page": page, "report": selectors.custody_verify(), "visible_jobs": visible_jobs}
+    report, since = custody_verify()
+    context = {
+        "page": page,
+        "report": report,
+        "since": since,
+        "visible_jobs": visible_jobs,
+    }
     return render(request, "reviewers/custody.html", context)

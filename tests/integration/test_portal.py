@@ -9,9 +9,11 @@ The cast: `reviewer` is granted "Doe v. Roe" (the `owner` fixture's matter, wher
 import hashlib
 import io
 import json
+import time
 from decimal import Decimal
 from html import escape
 
+import psycopg
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -28,8 +30,16 @@ from decoding.models import GenerationJob, Matter
 from decoding.replay import replay_run
 from decoding.services import job_submit
 from reviewers import selectors
-from reviewers.models import Annotation, CustodyEvent, MatterGrant, SignOff, TrailVerification
-from reviewers.selectors import custody_verify
+from reviewers.custody_chain import custody_chain_pending, custody_verify
+from reviewers.models import (
+    Annotation,
+    CustodyEvent,
+    CustodyPending,
+    CustodyPoint,
+    MatterGrant,
+    SignOff,
+    TrailVerification,
+)
 
 from .conftest import JOB_DEFAULTS
 
@@ -84,6 +94,14 @@ def run_other_job(outsider):
         return job
 
     return run
+
+
+def connection_url() -> str:
+    """The test database, for a session of its own (another writer)."""
+    db = connection.settings_dict
+    return (
+        f"postgresql://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    )
 
 
 def html(response) -> str:
@@ -648,10 +666,54 @@ def test_every_reviewer_action_is_chained_in_the_custody_log(run_job, reviewer, 
         assert event.prev_hash == prev
         assert event.event_hash == hashlib.sha256(message).hexdigest()
         prev = event.event_hash
-    report = custody_verify()
-    assert report.ok and report.events_checked == 7
+    report, since = custody_verify()
+    assert report.ok and report.events_checked == 7 and since is None
     page = html(reviewer.get("/portal/custody/"))
     assert page.count('<tr class="custody-event"') == 7 and "chain intact" in page
+    assert "verified through seq 6 by an earlier check" in page  # only what is new is walked
+
+
+def test_a_view_never_waits_for_the_custody_chain_and_is_chained_after(run_job, reviewer):
+    """Another writer holds the chain (an advisory lock in a session of its own): the page is
+    served at once, its view waits as pending, and the next turn at the chain takes it."""
+    job = run_job()
+    key = int.from_bytes(b"PFCUSTDY", "big") & 0x7FFF_FFFF_FFFF_FFFF
+    with psycopg.connect(connection_url(), autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", [key])
+        started = time.monotonic()
+        assert reviewer.get(f"/portal/jobs/{job.id}/").status_code == 200
+        assert time.monotonic() - started < 2
+        assert CustodyPending.objects.count() == 1 and not CustodyEvent.objects.exists()
+        assert custody_chain_pending() == 0  # still held: nobody waits
+        holder.execute("SELECT pg_advisory_unlock(%s)", [key])
+    assert custody_chain_pending() == 1
+    (event,) = CustodyEvent.objects.all()
+    assert (event.action, event.job_id, event.detail) == ("view", job.id, '{"step":0}')
+    assert not CustodyPending.objects.exists() and custody_verify()[0].ok
+
+
+def test_a_verified_point_is_checked_before_it_is_used(run_job, reviewer):
+    job = run_job()
+    for step in range(3):
+        reviewer.get(f"/portal/jobs/{job.id}/?step={step}")
+    assert custody_verify()[0].ok  # leaves a point at seq 2
+    reviewer.get(f"/portal/jobs/{job.id}/?step=0")
+    report, since = custody_verify()
+    assert report.ok and (since, report.events_checked) == (2, 1)
+
+    CustodyPoint.objects.create(seq=3, event_hash="0" * 64, mac="0" * 64)  # not ours
+    report, since = custody_verify()
+    assert since is None and [str(f) for f in report.failures] == [
+        "custody event seq 3: the verified point at seq 3 does not check (its MAC)"
+    ]
+    assert report.events_checked == 4  # walked from the start instead
+    rogue(
+        "reviewers_custodyevent",
+        "UPDATE reviewers_custodyevent SET payload = replace(payload, 'view', 'vieW')"
+        " WHERE seq = 3",
+    )
+    page = html(reviewer.get("/portal/custody/"))
+    assert "chain broken" in page
 
 
 def test_a_rogue_edit_of_a_custody_event_is_named_by_its_seq(run_job, reviewer):
@@ -664,7 +726,7 @@ def test_a_rogue_edit_of_a_custody_event_is_named_by_its_seq(run_job, reviewer):
         "reviewers_custodyevent",
         "UPDATE reviewers_custodyevent SET detail = '{\"step\":9}' WHERE seq = 2",
     )
-    report = custody_verify()
+    report, _ = custody_verify()
     assert not report.ok
     assert str(report.first_failure) == (
         "custody event seq 2: the stored detail differs from the hashed payload"
@@ -674,7 +736,7 @@ def test_a_rogue_edit_of_a_custody_event_is_named_by_its_seq(run_job, reviewer):
         "UPDATE reviewers_custodyevent SET payload = replace(payload, 'view', 'vieW')"
         " WHERE seq = 1",
     )
-    assert [failure.seq for failure in custody_verify().failures][:2] == [1, 1]
+    assert [failure.seq for failure in custody_verify()[0].failures][:2] == [1, 1]
     page = html(reviewer.get("/portal/custody/"))
     assert "chain broken" in page and "custody event seq 1:" in page
 

@@ -214,6 +214,103 @@ def test_a_broker_outage_is_a_503_and_the_job_is_failed_not_lost(postgres_stack,
     assert job["output_token_ids"] == []
 
 
+def test_verify_all_walks_again_only_what_changed_since_its_verified_point(
+    postgres_stack, tmp_path
+):
+    """After a run that found everything intact under a checkpoint, the next run walks no
+    anchored trail again, yet a record rewritten or deleted since is walked and named."""
+    stack = postgres_stack
+    # The stack's commands sign and verify with a key of this test's (kept for the rest).
+    stack.env["PATHFINDER_CHECKPOINT_KEY_FILE"] = str(tmp_path / "signing.key")
+    stack.env["PATHFINDER_CHECKPOINT_PUBLISH_DIR"] = str(tmp_path / "published")
+    jobs = []
+    for seed in range(3):
+        body = {"prompt_token_ids": [1, 2, 3], "max_tokens": 12, "temperature": 0, "seed": seed}
+        response = submit(stack, body)
+        assert response.status_code == 202, response.text
+        jobs.append(wait_for(stack, response.json()["id"]))
+    made = stack.manage(
+        "shell", "-c", "from audit.keys import signing_key_create; signing_key_create()"
+    )
+    assert made.returncode == 0, describe(made)
+    signed = stack.manage("checkpoint")
+    assert signed.returncode == 0, describe(signed)
+
+    code, first = verify_json(stack, "--all")
+    assert code == 0, first
+    code, second = verify_json(stack, "--all")
+    assert code == 0, second
+    assert second["records_covered"] == first["records_covered"] > 0
+    # Every sealed trail is anchored and unchanged: only open ones (if any) are walked.
+    assert second["records_checked"] < second["records_covered"] / 2, second
+    assert any("incremental from verification run" in note for note in second["notes"])
+    assert second["jobs_checked"] == first["jobs_checked"]  # job rows: every time
+
+    trail_id = jobs[0]["trail"]["id"]
+    tamper_as_superuser(stack.database_url, trail_id)
+    code, tampered = verify_json(stack, "--all")
+    assert code == 1 and {"trail": trail_id, "seq": 1} in [
+        {"trail": f["trail"], "seq": f["seq"]} for f in tampered["failures"]
+    ], tampered
+    walked = tampered["records_checked"] - second["records_checked"]
+    assert walked == jobs[0]["trail"]["records"], tampered  # that trail alone, again
+    restore_as_superuser(stack.database_url, trail_id)
+
+    deleted = delete_as_superuser(stack.database_url, jobs[1]["trail"]["id"])
+    code, missing = verify_json(stack, "--all")
+    assert code == 1 and any(
+        f["trail"] == jobs[1]["trail"]["id"] and "missing" in f["reason"]
+        for f in missing["failures"]
+    ), missing
+    reinsert_as_superuser(stack.database_url, deleted)
+    code, mended = verify_json(stack, "--all", "--full")
+    assert code == 0 and mended["records_checked"] == mended["records_covered"], mended
+
+
+def _as_superuser(database_url: str, statement: str, params) -> list:
+    with psycopg.connect(database_url) as conn, conn.transaction():
+        before = conn.execute(TRIGGER_STATES).fetchall()
+        conn.execute("ALTER TABLE audit_decisionrecord DISABLE TRIGGER ALL")
+        rows = conn.execute(statement, params).fetchall()
+        for name, state in before:
+            mode = "ENABLE ALWAYS" if state == "A" else "ENABLE"
+            conn.execute(
+                sql.SQL("ALTER TABLE audit_decisionrecord {} TRIGGER {}").format(
+                    sql.SQL(mode), sql.Identifier(name)
+                )
+            )
+        assert conn.execute(TRIGGER_STATES).fetchall() == before
+    return rows
+
+
+def restore_as_superuser(database_url: str, trail_id: str) -> None:
+    _as_superuser(
+        database_url,
+        "UPDATE audit_decisionrecord SET payload = replace(payload, '\"step\":9,', "
+        "'\"step\":0,') WHERE trail_id = %s AND seq = 1 RETURNING id",
+        (trail_id,),
+    )
+
+
+def delete_as_superuser(database_url: str, trail_id: str) -> tuple:
+    (row,) = _as_superuser(
+        database_url,
+        "DELETE FROM audit_decisionrecord WHERE trail_id = %s AND seq = 2 "
+        "RETURNING id, trail_id, seq, kind, payload, prev_hash, record_hash, created_at",
+        (trail_id,),
+    )
+    return row
+
+
+def reinsert_as_superuser(database_url: str, row: tuple) -> None:
+    _as_superuser(
+        database_url,
+        "INSERT INTO audit_decisionrecord (id, trail_id, seq, kind, payload, prev_hash, "
+        "record_hash, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+        row,
+    )
+
+
 def test_verify_chain_names_a_tampered_record_and_exits_1(postgres_stack):
     """Runs last: it leaves the stack's audit chain broken on purpose."""
     stack = postgres_stack

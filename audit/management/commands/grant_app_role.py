@@ -18,7 +18,9 @@ APPEND_ONLY = [
     "audit_ledgerentry",
     "audit_verificationrun",
     "audit_checkpoint",
+    "audit_logtile",
     "reviewers_custodyevent",
+    "reviewers_custodypoint",
     "reviewers_trailverification",
     "reviewers_signoff",
 ]

@@ -22,11 +22,17 @@ class Command(BaseCommand):
         scope.add_argument("--job", type=uuid.UUID, help="every trail (attempt) of one job")
         scope.add_argument("--trail", type=uuid.UUID, help="one trail")
         scope.add_argument("--all", action="store_true", help="every trail and the ledger")
+        parser.add_argument(
+            "--full",
+            action="store_true",
+            help="with --all: walk every record, not only what changed since the last verified "
+            "point",
+        )
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
     def handle(self, *args, **options):
         if options["all"]:
-            report = self._verify_all(show_progress=not options["json"])
+            report = self._verify_all(show_progress=not options["json"], full=options["full"])
         elif options["trail"]:
             report = verify_trails([options["trail"]], scope=f"trail {options['trail']}")
         else:
@@ -45,11 +51,11 @@ class Command(BaseCommand):
         if not report.ok:
             sys.exit(1)
 
-    def _verify_all(self, *, show_progress: bool):
+    def _verify_all(self, *, show_progress: bool, full: bool):
         enabled = show_progress and sys.stderr.isatty()
         total = Trail.objects.count() if enabled else None
         with tqdm(total=total, unit="trail", disable=not enabled, file=sys.stderr) as bar:
-            return verify_everything(progress=lambda: bar.update(1))
+            return verify_everything(progress=lambda: bar.update(1), full=full)
 
     def _print_summary(self, report):
         summary, verdict, *details = report.lines()
