@@ -15,7 +15,7 @@ import requests
 
 from tests.system.helpers import FINISHED, auth, describe, get, submit
 
-from .conftest import APP_ROLE, FaultStack
+from .stack import APP_ROLE, FaultStack
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(400)]
 
