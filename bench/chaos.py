@@ -20,6 +20,7 @@ intact. The run exits 1 when any of these fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -66,6 +67,7 @@ class Call:
     status: int = 0
     job: str = ""
     text: str = ""
+    done: bool = False  # the stream's closing [DONE] arrived
     errors: list[str] = field(default_factory=list)
     exception: str = ""
 
@@ -104,7 +106,10 @@ def client_loop(stack: FaultStack, number: int, stop: threading.Event, calls: li
             call.job = response.headers.get("X-Pathfinder-Job", "")
             if stream and response.status_code == 200:
                 for line in response.iter_lines():
-                    if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    if line == b"data: [DONE]":
+                        call.done = True
+                        continue
+                    if not line.startswith(b"data: "):
                         continue
                     event = json.loads(line[len(b"data: ") :])
                     if "error" in event:
@@ -143,7 +148,7 @@ def chaos_loop(stack: FaultStack, seconds: float, stop: threading.Event, outages
             outages.append(Outage("redis restart", t0, time.monotonic()))
             redis_done = True
         elif now >= next_kill:
-            name = rng.choice(["w1", "w2"])
+            name = _busy_worker(stack) or rng.choice(["w1", "w2"])
             process = stack.processes[name]
             os.killpg(process.popen.pid, signal.SIGKILL)
             process.popen.wait(timeout=10)
@@ -152,6 +157,21 @@ def chaos_loop(stack: FaultStack, seconds: float, stop: threading.Event, outages
             stack.start_worker(name)
             next_kill = time.monotonic() + rng.uniform(20, 40)
         time.sleep(0.2)
+
+
+def _busy_worker(stack: FaultStack) -> str | None:
+    """The name of a worker that is decoding a job now (killed mid-decode), if any."""
+    with psycopg.connect(stack.database_url, autocommit=True) as db:
+        running = db.execute(
+            "SELECT worker FROM decoding_generationjob WHERE status = 'running' AND worker <> ''"
+        ).fetchall()
+    for (worker,) in running:
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            group = os.getpgid(int(worker.rsplit(":", 1)[1]))
+            for name in ("w1", "w2"):
+                if stack.processes[name].popen.pid == group:
+                    return name
+    return None
 
 
 def drain(stack: FaultStack, timeout: float = 300) -> dict[str, dict]:

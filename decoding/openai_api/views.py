@@ -6,12 +6,12 @@ Each request becomes an ordinary job on a Celery worker. The web process then wa
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers
@@ -185,6 +185,16 @@ def _with(response: Response, headers: dict) -> Response:
     return response
 
 
+def _unavailable(job: GenerationJob) -> Response:
+    message = (
+        f"the audit store became unavailable; the stream of job {job.id} ends here. Its answer, "
+        f"once recorded, can be fetched from /api/v1/generations/{job.id}."
+    )
+    response = openai_error(503, message, code="service_unavailable")
+    response["Retry-After"] = "5"
+    return response
+
+
 def _stopping(job: GenerationJob) -> Response:
     message = f"the service is stopping; job {job.id} was cancelled. Retry shortly."
     response = openai_error(503, message, code="service_stopping")
@@ -193,8 +203,15 @@ def _stopping(job: GenerationJob) -> Response:
 
 
 def _cancel_quietly(job: GenerationJob) -> None:
-    with contextlib.suppress(services.JobFinished):
+    try:
         services.job_cancel(job=job)
+    except services.JobFinished:
+        pass
+    except DatabaseError:
+        # Nothing can be cancelled while the store is down; the job runs on to its end.
+        logger.warning(
+            "could not cancel the job: audit store unavailable", extra={"job_id": str(job.id)}
+        )
 
 
 def _event(body: dict) -> bytes:
@@ -252,6 +269,12 @@ def _sse(job: GenerationJob, kind: str, check, *, include_usage: bool):
         done = True  # the new attempt decodes on: its answer can be fetched
     except waiting.ServiceStopping:
         yield _event(_stopping(job).data)
+        yield b"data: [DONE]\n\n"
+    except DatabaseError:
+        # The store went away mid-stream: say so in the stream (its status line is long sent),
+        # never end it as if the answer were whole.
+        logger.warning("audit store lost mid-stream", extra={"job_id": str(job.id)}, exc_info=True)
+        yield _event(_unavailable(job).data)
         yield b"data: [DONE]\n\n"
     except waiting.CallerGone:
         pass  # nobody to write to; the job is cancelled below

@@ -169,6 +169,40 @@ def test_a_stream_whose_worker_dies_never_mixes_two_attempts(fault_stack):
         assert text == answer
 
 
+def test_a_stream_across_a_postgresql_restart_ends_with_its_answer_or_an_error(fault_stack):
+    """Found by bench/chaos.py: a stream whose store went away mid-answer stopped without a
+    word (or, before its first chunk, as gunicorn's bare 500)."""
+    stack = fault_stack
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 200, "ignore_eos": True,
+            "temperature": 0.8, "seed": 11, "stream": True}  # fmt: skip
+    response = requests.post(stack.url("/v1/completions"), json=body, headers=auth(stack.api_key),
+                             stream=True, timeout=120)  # fmt: skip
+    assert response.status_code == 200, response.text
+    job_id = response.headers["X-Pathfinder-Job"]
+    text, errors, done, restarted = "", [], False, False
+    for line in response.iter_lines():
+        if line == b"data: [DONE]":
+            done = True
+            continue
+        if not line.startswith(b"data: "):
+            continue
+        event = json.loads(line[len(b"data: ") :])
+        if "error" in event:
+            errors.append(event["error"]["code"])
+            continue
+        text += event["choices"][0]["text"] or ""
+        if text and not restarted:
+            stack.pg.restart()
+            restarted = True
+    assert restarted and done, "the stream must end with [DONE]"
+    jobs = assert_nothing_lost(stack, [job_id])
+    if errors:
+        assert errors == ["service_unavailable"], errors
+    else:
+        assert jobs[job_id]["status"] == "succeeded"
+        assert text == get(stack, f"/api/v1/generations/{job_id}").json()["output_text"]
+
+
 def test_postgresql_restarted_mid_job_loses_nothing(fault_stack):
     stack = fault_stack
     job_ids = submit_jobs(stack, 4)
