@@ -347,7 +347,7 @@ def render(report: dict) -> str:
         ("5xx other than 503/504 inside them", len(result["not_503_inside_outages"])),
         ("streams differing from output_text", len(result["streams_differing_from_output_text"])),
         (
-            "streams with neither the answer nor an error",
+            "streams not ended by [DONE] after the answer or an error",
             len(result["streams_without_an_answer_or_error"]),
         ),
     ]
