@@ -58,7 +58,7 @@ def new_trail_salt() -> str:
 
 def field_salt(trail_salt: str, name: str) -> str:
     """The salt of one bound field (hex), disclosed with that field's text and no other."""
-    return hmac.new(bytes.fromhex(trail_salt), name.encode("ascii"), hashlib.sha256).hexdigest()
+    return hmac.digest(bytes.fromhex(trail_salt), name.encode("ascii"), "sha256").hex()
 
 
 def text_digest(salt: str, text: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from itertools import groupby
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import anchored, binding, chain, claims, merkle
+from . import anchored, binding, chain, claims, merkle, parallel
 from .keys import verify_note
 from .log import (
     NotYetCovered,
@@ -122,25 +123,17 @@ def verify_everything(*, progress: Callable[[], None] | None = None, full: bool 
     are not walked record by record again; everything else is."""
     started = timezone.now()
     report = Report(scope="all")
+    fresh = not connection.in_atomic_block  # shards read the snapshot only if it is our own
     with _snapshot():
         xmin = anchored.snapshot_xmin()
         point = None if full else _usable_point(report)
         if full:
             _note(report, "every record walked, as asked (a full run)")
         trails = {
-            str(trail.id): trail
-            for trail in Trail.objects.only(
-                "id",
-                "job_id",
-                "attempt",
-                "previous_id",
-                "status",
-                "outcome",
-                "record_count",
-                "head_hash",
-                "format_version",
-                "salt",
-            ).iterator(chunk_size=_CHUNK)
+            str(row.id): row
+            for row in map(
+                _TrailRow._make, Trail.objects.values_list(*_TrailRow._fields).iterator(_CHUNK)
+            )
         }
         # The ledger first: where each trail was sealed decides whether it is anchored.
         sealed: dict[str, dict] = {}
@@ -153,42 +146,111 @@ def verify_everything(*, progress: Callable[[], None] | None = None, full: bool 
             sealed[trail_id], sealed_at[trail_id] = payload, seq
         fixed, to_walk = _anchored_trails(point, sealed, sealed_at, report) if point else ({}, None)
 
-        summaries: dict[str, chain.TrailSummary] = {}
-        batch: list[_Walked] = []
-        for trail_id, records in _records_to_walk(to_walk):
-            walked = _walk(trail_id, trails.get(trail_id), records, report)
-            summaries[trail_id] = walked.summary
-            batch = _claims_batch(batch, walked, report)
-            if progress:
-                progress()
-        for walked in _anchored_walks(fixed, trails, sealed, report):
-            summaries[walked.contents.trail_id] = walked.summary
-            batch = _claims_batch(batch, walked, report)
-            if progress:
-                progress()
-        for trail_id in trails.keys() - summaries.keys():  # trails without a single record
-            walked = _walk(trail_id, trails[trail_id], (), report)
-            summaries[trail_id] = walked.summary
-            batch = _claims_batch(batch, walked, report)
-        _check_claims(batch, report)
+        context = _Context(trails, sealed, fixed, to_walk, progress)
+        shards = _shards([*trails, *sealed, *(to_walk or ())], parallel.workers() if fresh else 1)
+        for part in parallel.run_sharded(context.check, shards):
+            _merge(report, part)
         _check_pointers(trails, report)
-
-        for trail_id, payload in sealed.items():
-            report.failures.extend(chain.check_sealed_trail(payload, summaries.get(trail_id)))
-            report.failures.extend(_leaf_against_row(payload, trails.get(trail_id)))
-        for trail_id, trail in trails.items():
-            if trail_id not in sealed:
-                _check_open(trail_id, summaries[trail_id], trail, report)
-        for trail_id in summaries.keys() - trails.keys() - sealed.keys():
-            report.failures.append(
-                chain.Failure("trail", trail_id, 0, "records belong to a trail that does not exist")
-            )
         for reason in checkpoint_failures(leaves):
             report.failures.append(chain.Failure("checkpoint", None, None, reason))
         for reason in published_failures(leaves, len(leaves)):
             report.failures.append(chain.Failure("checkpoint", None, None, reason))
         verified = latest_checkpoint(len(leaves)) if report.ok and xmin is not None else None
     return _recorded(report, started, point=(verified, xmin) if verified else None)
+
+
+# A trail row as every check reads it (attribute names as the model's), without a model instance.
+_TrailRow = namedtuple(
+    "_TrailRow",
+    "id job_id attempt previous_id status outcome record_count head_hash format_version salt",
+)
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """The trails whose ids are in [lo, hi) (None: unbounded)."""
+
+    lo: str | None
+    hi: str | None
+
+    def has(self, trail_id: str) -> bool:
+        return (self.lo is None or trail_id >= self.lo) and (self.hi is None or trail_id < self.hi)
+
+    def rows(self, queryset):
+        if self.lo is not None:
+            queryset = queryset.filter(trail_id__gte=self.lo)
+        if self.hi is not None:
+            queryset = queryset.filter(trail_id__lt=self.hi)
+        return queryset
+
+
+def _shards(trail_ids: list[str], count: int) -> list[_Shard]:
+    """`count` ranges of about as many trails each, covering every id."""
+    ids = sorted(set(trail_ids))
+    if count <= 1 or len(ids) < count:
+        return [_Shard(None, None)]
+    cuts = [ids[len(ids) * i // count] for i in range(1, count)]
+    return [_Shard(lo, hi) for lo, hi in zip([None, *cuts], [*cuts, None], strict=True)]
+
+
+@dataclass
+class _Context:
+    """What every shard's check reads, read once before the shards part."""
+
+    trails: dict[str, Trail]
+    sealed: dict[str, dict]
+    fixed: dict[str, int]
+    to_walk: list[str] | None
+    progress: Callable[[], None] | None
+
+    def check(self, shard: _Shard) -> Report:
+        """Every per-trail check of the trails in `shard`: their records (walked, or anchored),
+        their job rows, their leaves and open heads."""
+        part = Report(scope="all")
+        trails = {t: row for t, row in self.trails.items() if shard.has(t)}
+        summaries: dict[str, chain.TrailSummary] = {}
+        batch: list[_Walked] = []
+        to_walk = None if self.to_walk is None else [t for t in self.to_walk if shard.has(t)]
+        for trail_id, records in _records_to_walk(to_walk, shard):
+            walked = _walk(trail_id, trails.get(trail_id), records, part)
+            summaries[trail_id] = walked.summary
+            batch = self._next(batch, walked, part)
+        fixed = {t: count for t, count in self.fixed.items() if shard.has(t)}
+        for walked in _anchored_walks(fixed, trails, self.sealed, part, shard):
+            summaries[walked.contents.trail_id] = walked.summary
+            batch = self._next(batch, walked, part)
+        for trail_id in trails.keys() - summaries.keys():  # trails without a single record
+            walked = _walk(trail_id, trails[trail_id], (), part)
+            summaries[trail_id] = walked.summary
+            batch = _claims_batch(batch, walked, part)
+        _check_claims(batch, part)
+        sealed = {t: payload for t, payload in self.sealed.items() if shard.has(t)}
+        for trail_id, payload in sealed.items():
+            part.failures.extend(chain.check_sealed_trail(payload, summaries.get(trail_id)))
+            part.failures.extend(_leaf_against_row(payload, trails.get(trail_id)))
+        for trail_id, trail in trails.items():
+            if trail_id not in sealed:
+                _check_open(trail_id, summaries[trail_id], trail, part)
+        for trail_id in summaries.keys() - trails.keys() - sealed.keys():
+            part.failures.append(
+                chain.Failure("trail", trail_id, 0, "records belong to a trail that does not exist")
+            )
+        return part
+
+    def _next(self, batch: list[_Walked], walked: _Walked, part: Report) -> list[_Walked]:
+        if self.progress:
+            self.progress()
+        return _claims_batch(batch, walked, part)
+
+
+def _merge(report: Report, part: Report) -> None:
+    report.trails_checked += part.trails_checked
+    report.records_checked += part.records_checked
+    report.records_covered += part.records_covered
+    report.jobs_checked += part.jobs_checked
+    report.failures.extend(part.failures)
+    for note in part.notes:
+        _note(report, note)
 
 
 def _usable_point(report: Report) -> anchored.Point | None:
@@ -231,12 +293,12 @@ def _anchored_trails(
     return fixed, sorted(counts.keys() - fixed.keys())
 
 
-def _records_to_walk(to_walk: list[str] | None):
+def _records_to_walk(to_walk: list[str] | None, shard: _Shard):
     """(trail id, its (record, kind) pairs) for each trail of `to_walk` (None: every trail
-    with records, in one streamed pass)."""
+    with records in the shard, in one streamed pass)."""
     rows = DecisionRecord.objects.order_by("trail_id", "seq", "id")
     if to_walk is None:
-        yield from groupby(_stored(rows), key=lambda record: record[0].trail_id)
+        yield from groupby(_stored(shard.rows(rows)), key=lambda record: record[0].trail_id)
         return
     for start in range(0, len(to_walk), _WALK_BATCH):
         chunk = to_walk[start : start + _WALK_BATCH]
@@ -245,13 +307,13 @@ def _records_to_walk(to_walk: list[str] | None):
         )
 
 
-def _anchored_walks(fixed: dict[str, int], trails: dict, sealed: dict, report: Report):
+def _anchored_walks(fixed: dict[str, int], trails: dict, sealed: dict, report: Report, shard):
     """Each anchored trail as its earlier walk left it (its sealed length and head), with its
     request and answer records read again for the job-row checks: one pass over those records
     alone (an index of their own), not over the decisions between them."""
     if not fixed:
         return
-    bound = (
+    bound = shard.rows(
         DecisionRecord.objects.exclude(kind=DecisionRecord.Kind.DECISION)
         .order_by("trail_id", "seq")
         .values_list("trail_id", "kind", "payload")
@@ -497,9 +559,12 @@ def _check_inclusion(entry: LedgerEntry, report: Report) -> None:
 
 def _ledger_entries(leaves: list[bytes]) -> Iterator[chain.StoredLedgerEntry]:
     """Stream the ledger, keeping each payload as a leaf of the Merkle log on the way."""
-    for entry in LedgerEntry.objects.order_by("seq", "id").iterator(chunk_size=_CHUNK):
-        leaves.append(entry.payload.encode("utf-8"))
-        yield chain.StoredLedgerEntry(entry.seq, entry.prev_hash, entry.entry_hash, entry.payload)
+    rows = LedgerEntry.objects.order_by("seq", "id").values_list(
+        "seq", "prev_hash", "entry_hash", "payload"
+    )
+    for seq, prev_hash, entry_hash, payload in rows.iterator(chunk_size=_CHUNK):
+        leaves.append(payload.encode("utf-8"))
+        yield chain.StoredLedgerEntry(seq, prev_hash, entry_hash, payload)
 
 
 def _ledger_link_failures(entry: LedgerEntry) -> list[chain.Failure]:

@@ -4,8 +4,9 @@ trails, their job rows, ledger, tiles and custody events, then, timed on it:
     .venv/bin/python bench/audit_scale.py [--trails 100000] [--records-per-trail 10]
         [--custody-events 100000] [--reuse] [--out bench/results]
 
-- `manage.py verify_chain --all` as an operator runs it (a process of its own): the first run,
-  which walks every record, and the next, incremental one (records/s of the history covered);
+- `manage.py verify_chain --all` as an operator runs it (a process of its own, with its
+  PATHFINDER_VERIFY_WORKERS processes): the first run, which walks every record, one with
+  `--full`, and the next, incremental one (records/s of the history covered);
 - a checkpoint over the whole log, and an inclusion proof read from stored tiles beside the
   proof computed from every leaf (what each proof cost before tiles);
 - the reviewer's pages (trails list, a job's walk, the custody log), Verify and Export, through
@@ -79,7 +80,12 @@ def main() -> None:
     print(json.dumps(report["history"]), flush=True)
     report["checkpoint"] = _checkpoint()
     report["proofs"] = _proofs()
-    report["verify_chain"] = [_verify_chain("first"), _verify_chain("next")]
+    report["verify_chain"] = [
+        _verify_chain("first (no verified point yet: every record walked)"),
+        _verify_chain("--full (every record walked)", "--full"),
+        _verify_chain("next (incremental from the first's point)"),
+    ]
+    report["custody_walk"] = _custody_walk()
     report["pages"] = _pages(args.repeats)
     report["load_after"] = load_average()
     save_results(args.out, "audit-scale", report, render(report))
@@ -136,12 +142,12 @@ def _proofs() -> dict:
     }
 
 
-def _verify_chain(label: str) -> dict:
+def _verify_chain(label: str, *flags: str) -> dict:
     from audit.models import VerificationRun
 
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "manage.py", "verify_chain", "--all", "--json"],
+        [sys.executable, "manage.py", "verify_chain", "--all", "--json", *flags],
         cwd=ROOT,
         env={**os.environ, "DATABASE_URL": URL},
         capture_output=True,
@@ -163,6 +169,15 @@ def _verify_chain(label: str) -> dict:
         "records_per_s": round(covered / seconds),
         "first_failure": (result["failures"] or [None])[0],
     }
+
+
+def _custody_walk() -> dict:
+    """Beat's walk of the whole custody chain (reviewers.verify_custody), which leaves the
+    verified point the custody page then checks from."""
+    from reviewers.custody_chain import custody_verify
+
+    ms, (result, _) = _timed(lambda: custody_verify(from_start=True))
+    return {"ms": round(ms, 1), "events": result.events_checked, "ok": result.ok}
 
 
 def _pages(repeats: int) -> list[dict]:
@@ -255,6 +270,10 @@ def render(report: dict) -> str:
         f"{proofs['from_every_leaf_ms']} ms from every leaf ({proofs['speedup']}x).",
         "",
         "## Reviewer pages",
+        "",
+        f"Beat's walk of the whole custody chain first ({report['custody_walk']['events']:,} "
+        f"events, {report['custody_walk']['ms']} ms), as every PATHFINDER_VERIFY_INTERVAL_S; "
+        "the custody page then checks only what was chained since.",
         "",
         f"Target: under {PAGE_TARGET_MS} ms. Through Django's whole stack in one process "
         f"(no network), {report['pages'] and len(report['pages'])} pages.",

@@ -331,6 +331,9 @@ PATHFINDER_MAX_ATTEMPTS = env_int("PATHFINDER_MAX_ATTEMPTS", 3, minimum=1)
 PATHFINDER_RECOVERY_INTERVAL_S = env_int("PATHFINDER_RECOVERY_INTERVAL_S", 30, minimum=1)
 PATHFINDER_REQUEUE_AFTER_S = env_int("PATHFINDER_REQUEUE_AFTER_S", 300, minimum=1)
 PATHFINDER_VERIFY_INTERVAL_S = env_int("PATHFINDER_VERIFY_INTERVAL_S", 3600, minimum=10)
+# Processes verify_chain --all splits the store's trails over (one snapshot, exported to each);
+# 0: one per core, at most 4. PostgreSQL only.
+PATHFINDER_VERIFY_WORKERS = env_int("PATHFINDER_VERIFY_WORKERS", 0, minimum=0)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Fail a submission fast (503, job marked failed) rather than hang when the broker is down.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5}
