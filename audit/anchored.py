@@ -74,17 +74,22 @@ def latest_point() -> tuple[Point | None, str | None]:
     return point, None
 
 
-def record_counts(point: Point) -> dict[str, tuple[int, bool]]:
-    """Per trail that has records: (how many, whether any was written after the point's
-    snapshot). One pass over the records table, no payload read."""
+def record_counts(
+    point: Point, lo: str | None = None, hi: str | None = None
+) -> dict[str, tuple[int, bool]]:
+    """Per trail that has records (its id in [lo, hi); None: unbounded): (how many, whether
+    any was written after the point's snapshot). No payload read."""
+    bounds = [
+        (clause, value)
+        for clause, value in (("trail_id >= %s::uuid", lo), ("trail_id < %s::uuid", hi))
+    ]
+    where = [clause for clause, value in bounds if value is not None]
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            SELECT trail_id::text, count(*),
-                   bool_or(((xmin::text::bigint - %s) %% 4294967296 + 4294967296)
-                           %% 4294967296 < 2147483648)
-            FROM audit_decisionrecord GROUP BY trail_id
-            """,
-            [point.xmin % 2**32],
+            "SELECT trail_id::text, count(*), bool_or(((xmin::text::bigint - %s) %% 4294967296"
+            " + 4294967296) %% 4294967296 < 2147483648) FROM audit_decisionrecord"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " GROUP BY trail_id",
+            [point.xmin % 2**32, *(value for _, value in bounds if value is not None)],
         )
         return {trail_id: (count, changed) for trail_id, count, changed in cursor.fetchall()}

@@ -17,8 +17,8 @@ class ClaimsSource(Protocol):
     def for_trails(self, trail_ids: Collection[str]) -> list[Claim]:
         """The claims of every job whose row points at one of these trails."""
 
-    def pointers(self) -> Iterator[tuple[str, str]]:
-        """(job id, trail id) of every job whose row points at a trail."""
+    def dangling(self) -> Iterator[tuple[str, str]]:
+        """(job id, trail id) of every job whose row points at a trail that does not exist."""
 
 
 _source: ClaimsSource | None = None

@@ -38,9 +38,10 @@ def workers() -> int:
     )
 
 
-def run_sharded(work: Callable[[S], T], shards: Sequence[S]) -> list[T]:
-    """work(shard) for every shard, the first here and the rest in children; results in order."""
-    if len(shards) <= 1 or connection.vendor != "postgresql":
+def run_sharded(work: Callable[[S], T], shards: Sequence[S], *, side_by_side: bool) -> list[T]:
+    """work(shard) for every shard, the first here and the rest in children (side by side), or
+    all here one after another; results in order."""
+    if not side_by_side or len(shards) <= 1 or connection.vendor != "postgresql":
         return [work(shard) for shard in shards]
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_export_snapshot()")

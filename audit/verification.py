@@ -18,7 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import groupby
 
+import orjson
 from django.db import connection, transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from . import anchored, binding, chain, claims, merkle, parallel
@@ -28,6 +31,7 @@ from .log import (
     checkpoint_failures,
     inclusion_of,
     latest_checkpoint,
+    log_size,
     witness_status,
 )
 from .models import DecisionRecord, LedgerEntry, Trail, VerificationRun
@@ -45,6 +49,7 @@ class Report:
     trails_checked: int = 0
     records_checked: int = 0  # walked, link by link
     records_covered: int = 0  # walked, or anchored and unchanged since a verified point
+    trails_anchored: int = 0  # not walked again: anchored and unchanged since that point
     ledger_entries_checked: int = 0
     jobs_checked: int = 0
     failures: list[chain.Failure] = field(default_factory=list)
@@ -80,6 +85,7 @@ class Report:
             "trails_checked": self.trails_checked,
             "records_checked": self.records_checked,
             "records_covered": self.records_covered,
+            "trails_anchored": self.trails_anchored,
             "ledger_entries_checked": self.ledger_entries_checked,
             "jobs_checked": self.jobs_checked,
             "checkpoint": self.checkpoint_size,
@@ -129,33 +135,22 @@ def verify_everything(*, progress: Callable[[], None] | None = None, full: bool 
         point = None if full else _usable_point(report)
         if full:
             _note(report, "every record walked, as asked (a full run)")
-        trails = {
-            str(row.id): row
-            for row in map(
-                _TrailRow._make, Trail.objects.values_list(*_TrailRow._fields).iterator(_CHUNK)
-            )
-        }
-        # The ledger first: where each trail was sealed decides whether it is anchored.
-        sealed: dict[str, dict] = {}
-        sealed_at: dict[str, int] = {}
-        leaves: list[bytes] = []  # the Merkle log's leaves, for the checkpoints below
-        for seq, (payload, failures) in enumerate(chain.verify_ledger(_ledger_entries(leaves))):
-            report.ledger_entries_checked += 1
-            report.failures.extend(failures)
-            trail_id = payload.get("trail")
-            sealed[trail_id], sealed_at[trail_id] = payload, seq
-        fixed, to_walk = _anchored_trails(point, sealed, sealed_at, report) if point else ({}, None)
-
-        context = _Context(trails, sealed, fixed, to_walk, progress)
-        shards = _shards([*trails, *sealed, *(to_walk or ())], parallel.workers() if fresh else 1)
-        for part in parallel.run_sharded(context.check, shards):
+        # Every shard reads its own range of trails (their rows, leaves and record counts)
+        # from the same snapshot; the log's own checks run beside them.
+        context = _Context(point, progress)
+        workers = parallel.workers() if fresh else 1
+        shards = [*_shards(workers), _LOG]
+        for part in parallel.run_sharded(context.check, shards, side_by_side=workers > 1):
             _merge(report, part)
-        _check_pointers(trails, report)
-        for reason in checkpoint_failures(leaves):
-            report.failures.append(chain.Failure("checkpoint", None, None, reason))
-        for reason in published_failures(leaves, len(leaves)):
-            report.failures.append(chain.Failure("checkpoint", None, None, reason))
-        verified = latest_checkpoint(len(leaves)) if report.ok and xmin is not None else None
+        if point is not None:
+            _note(
+                report,
+                f"incremental from verification run {point.run_id} (checkpoint of {point.size} "
+                f"leaves): {report.trails_anchored} anchored trails unchanged since were not "
+                "walked again",
+            )
+        _check_pointers(report)
+        verified = latest_checkpoint(log_size()) if report.ok and xmin is not None else None
     return _recorded(report, started, point=(verified, xmin) if verified else None)
 
 
@@ -164,6 +159,14 @@ _TrailRow = namedtuple(
     "_TrailRow",
     "id job_id attempt previous_id status outcome record_count head_hash format_version salt",
 )
+
+
+def _trail_rows():
+    """Every trail row as _TrailRow's fields, its ids as text (as every check compares them)."""
+    as_text = {"id", "job_id", "previous_id"}
+    return Trail.objects.values_list(
+        *(Cast(name, TextField()) if name in as_text else name for name in _TrailRow._fields)
+    )
 
 
 @dataclass(frozen=True)
@@ -177,46 +180,67 @@ class _Shard:
         return (self.lo is None or trail_id >= self.lo) and (self.hi is None or trail_id < self.hi)
 
     def rows(self, queryset):
+        """The rows of `queryset` (with a trail_id) of the shard's trails."""
         if self.lo is not None:
             queryset = queryset.filter(trail_id__gte=self.lo)
         if self.hi is not None:
             queryset = queryset.filter(trail_id__lt=self.hi)
         return queryset
 
+    def ids(self, queryset):
+        """The shard's trails of a Trail queryset."""
+        if self.lo is not None:
+            queryset = queryset.filter(id__gte=self.lo)
+        if self.hi is not None:
+            queryset = queryset.filter(id__lt=self.hi)
+        return queryset
 
-def _shards(trail_ids: list[str], count: int) -> list[_Shard]:
-    """`count` ranges of about as many trails each, covering every id."""
-    ids = sorted(set(trail_ids))
-    if count <= 1 or len(ids) < count:
+
+def _shards(count: int) -> list[_Shard]:
+    """`count` ranges of the id space (trail ids are random UUIDs: about as many trails
+    each), covering every id."""
+    if count <= 1:
         return [_Shard(None, None)]
-    cuts = [ids[len(ids) * i // count] for i in range(1, count)]
+    cuts = [str(uuid.UUID(int=(i << 128) // count)) for i in range(1, count)]
     return [_Shard(lo, hi) for lo, hi in zip([None, *cuts], [*cuts, None], strict=True)]
+
+
+# The shard that checks the log itself (the ledger's chain, the checkpoints, the published
+# checkpoints and the tiles), beside the trail shards.
+_LOG = "log"
 
 
 @dataclass
 class _Context:
-    """What every shard's check reads, read once before the shards part."""
+    """What every shard's check needs besides its own rows."""
 
-    trails: dict[str, Trail]
-    sealed: dict[str, dict]
-    fixed: dict[str, int]
-    to_walk: list[str] | None
+    point: anchored.Point | None
     progress: Callable[[], None] | None
 
-    def check(self, shard: _Shard) -> Report:
+    def check(self, shard: _Shard | str) -> Report:
         """Every per-trail check of the trails in `shard`: their records (walked, or anchored),
-        their job rows, their leaves and open heads."""
+        their job rows, their leaves and open heads; or, for _LOG, the log's own checks."""
+        if shard == _LOG:
+            return self._check_log()
         part = Report(scope="all")
-        trails = {t: row for t, row in self.trails.items() if shard.has(t)}
+        trails = {
+            row.id: row
+            for row in map(_TrailRow._make, shard.ids(_trail_rows()).iterator(chunk_size=_CHUNK))
+        }
+        sealed, sealed_at = _sealed(shard.rows(LedgerEntry.objects.all()))
+        fixed: dict[str, int] = {}
+        to_walk = None  # every trail with records
+        if self.point is not None:
+            counts = anchored.record_counts(self.point, shard.lo, shard.hi)
+            fixed, to_walk = _anchored_trails(self.point, sealed, sealed_at, counts)
+            part.trails_anchored = len(fixed)
         summaries: dict[str, chain.TrailSummary] = {}
         batch: list[_Walked] = []
-        to_walk = None if self.to_walk is None else [t for t in self.to_walk if shard.has(t)]
         for trail_id, records in _records_to_walk(to_walk, shard):
             walked = _walk(trail_id, trails.get(trail_id), records, part)
             summaries[trail_id] = walked.summary
             batch = self._next(batch, walked, part)
-        fixed = {t: count for t, count in self.fixed.items() if shard.has(t)}
-        for walked in _anchored_walks(fixed, trails, self.sealed, part, shard):
+        for walked in _anchored_walks(fixed, trails, sealed, part, shard):
             summaries[walked.contents.trail_id] = walked.summary
             batch = self._next(batch, walked, part)
         for trail_id in trails.keys() - summaries.keys():  # trails without a single record
@@ -224,7 +248,6 @@ class _Context:
             summaries[trail_id] = walked.summary
             batch = _claims_batch(batch, walked, part)
         _check_claims(batch, part)
-        sealed = {t: payload for t, payload in self.sealed.items() if shard.has(t)}
         for trail_id, payload in sealed.items():
             part.failures.extend(chain.check_sealed_trail(payload, summaries.get(trail_id)))
             part.failures.extend(_leaf_against_row(payload, trails.get(trail_id)))
@@ -235,6 +258,20 @@ class _Context:
             part.failures.append(
                 chain.Failure("trail", trail_id, 0, "records belong to a trail that does not exist")
             )
+        return part
+
+    def _check_log(self) -> Report:
+        """The whole ledger's chain, every checkpoint against its leaves, the published
+        checkpoints and the stored tiles."""
+        part = Report(scope="all")
+        leaves: list[bytes] = []
+        for _, failures in chain.verify_ledger(_ledger_entries(leaves)):
+            part.ledger_entries_checked += 1
+            part.failures.extend(failures)
+        for reason in checkpoint_failures(leaves):
+            part.failures.append(chain.Failure("checkpoint", None, None, reason))
+        for reason in published_failures(leaves, len(leaves)):
+            part.failures.append(chain.Failure("checkpoint", None, None, reason))
         return part
 
     def _next(self, batch: list[_Walked], walked: _Walked, part: Report) -> list[_Walked]:
@@ -248,6 +285,8 @@ def _merge(report: Report, part: Report) -> None:
     report.records_checked += part.records_checked
     report.records_covered += part.records_covered
     report.jobs_checked += part.jobs_checked
+    report.ledger_entries_checked += part.ledger_entries_checked
+    report.trails_anchored += part.trails_anchored
     report.failures.extend(part.failures)
     for note in part.notes:
         _note(report, note)
@@ -269,12 +308,11 @@ _NO_POINT = (
 
 
 def _anchored_trails(
-    point: anchored.Point, sealed: dict, sealed_at: dict, report: Report
+    point: anchored.Point, sealed: dict, sealed_at: dict, counts: dict
 ) -> tuple[dict[str, int], list[str]]:
-    """Trails sealed under the point that no write touched since and that hold the records
-    their leaf sealed (with their record counts), and every other trail with records, which
-    is walked."""
-    counts = anchored.record_counts(point)
+    """Of the trails with records (`counts`), those sealed under the point that no write
+    touched since and that hold the records their leaf sealed (with their record counts), and
+    the others, which are walked."""
     fixed = {}
     for trail_id, (count, changed) in counts.items():
         payload = sealed.get(trail_id)
@@ -285,11 +323,6 @@ def _anchored_trails(
             and count == payload.get("records")
         ):
             fixed[trail_id] = count
-    _note(
-        report,
-        f"incremental from verification run {point.run_id} (checkpoint of {point.size} "
-        f"leaves): {len(fixed)} anchored trails unchanged since were not walked again",
-    )
     return fixed, sorted(counts.keys() - fixed.keys())
 
 
@@ -316,11 +349,10 @@ def _anchored_walks(fixed: dict[str, int], trails: dict, sealed: dict, report: R
     bound = shard.rows(
         DecisionRecord.objects.exclude(kind=DecisionRecord.Kind.DECISION)
         .order_by("trail_id", "seq")
-        .values_list("trail_id", "kind", "payload")
+        .values_list(Cast("trail_id", TextField()), "kind", "payload")
     )
     seen: set[str] = set()
-    for trail_uuid, rows in groupby(bound.iterator(chunk_size=_CHUNK), key=lambda row: row[0]):
-        trail_id = str(trail_uuid)
+    for trail_id, rows in groupby(bound.iterator(chunk_size=_CHUNK), key=lambda row: row[0]):
         if trail_id in fixed:
             seen.add(trail_id)
             yield _anchored(
@@ -339,9 +371,9 @@ def _anchored(trail_id, bound: dict, fixed, trails, sealed, report: Report) -> _
     trail, leaf = trails.get(trail_id), sealed[trail_id]
     contents = binding.Contents(trail_id, leaf.get("v", 1))
     if binding.REQUEST in bound:
-        contents.request = json.loads(bound[binding.REQUEST])
+        contents.request = orjson.loads(bound[binding.REQUEST])
     if binding.ANSWER in bound:
-        contents.answer = json.loads(bound[binding.ANSWER])
+        contents.answer = orjson.loads(bound[binding.ANSWER])
     summary = chain.TrailSummary(trail_id, fixed[trail_id], leaf.get("head", ""))
     report.trails_checked += 1
     report.records_covered += fixed[trail_id]
@@ -363,7 +395,7 @@ def _walk(trail_id: str, trail: Trail | None, records, report: Report) -> _Walke
     def observed() -> Iterator[chain.StoredRecord]:
         for record, kind in records:
             try:
-                payload = json.loads(record.payload)
+                payload = orjson.loads(record.payload)
             except ValueError:
                 payload = None  # the chain check names it: not canonical JSON
             contents.observe(record.seq, payload)
@@ -441,15 +473,14 @@ def _check_claims(walked: list[_Walked], report: Report) -> None:
             )
 
 
-def _check_pointers(trails: dict[str, Trail], report: Report) -> None:
+def _check_pointers(report: Report) -> None:
     source = claims.source()
     if source is None:
         return
-    for job_id, trail_id in source.pointers():
-        if trail_id not in trails:
-            report.failures.append(
-                chain.Failure("job", trail_id, None, f"job {job_id} points at a missing trail")
-            )
+    for job_id, trail_id in source.dangling():
+        report.failures.append(
+            chain.Failure("job", trail_id, None, f"job {job_id} points at a missing trail")
+        )
 
 
 def _note(report: Report, note: str) -> None:
@@ -565,6 +596,22 @@ def _ledger_entries(leaves: list[bytes]) -> Iterator[chain.StoredLedgerEntry]:
     for seq, prev_hash, entry_hash, payload in rows.iterator(chunk_size=_CHUNK):
         leaves.append(payload.encode("utf-8"))
         yield chain.StoredLedgerEntry(seq, prev_hash, entry_hash, payload)
+
+
+def _sealed(entries) -> tuple[dict[str, dict], dict[str, int]]:
+    """Each sealed trail's leaf (by the trail it names), and its place in the ledger (an
+    entry that is not JSON is left out here; the ledger's own check names it)."""
+    sealed: dict[str, dict] = {}
+    sealed_at: dict[str, int] = {}
+    for seq, text in entries.values_list("seq", "payload").iterator(chunk_size=_CHUNK):
+        try:
+            payload = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(payload, dict):
+            trail_id = payload.get("trail")
+            sealed[trail_id], sealed_at[trail_id] = payload, seq
+    return sealed, sealed_at
 
 
 def _ledger_link_failures(entry: LedgerEntry) -> list[chain.Failure]:

@@ -7,7 +7,12 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from types import SimpleNamespace
 
+import orjson
+from django.db.models import TextField
+from django.db.models.functions import Cast
+
 from audit import binding
+from audit.models import Trail
 from decoding.engine import GenerationParams, params_payload
 from decoding.job_input import JOB_PARAM_FIELDS
 from decoding.models import GenerationJob
@@ -107,11 +112,19 @@ _CLAIMED_FIELDS = (
 )
 
 
+# Read as text: the ids (compared as text), the JSON fields (parsed with orjson).
+_AS_TEXT = ("id", "trail_id", "messages", "prompt_token_ids", "stop", "output_token_ids")
+_JSON_FIELDS = frozenset(_AS_TEXT[2:])
+
+
 class _ClaimedRow(SimpleNamespace):
     """A job row read as values, with the attributes job_claim reads of a GenerationJob."""
 
     def __init__(self, row: dict):
         fields = {name: value for name, value in row.items() if "__" not in name}
+        for name in _AS_TEXT:
+            text = fields.pop(f"{name}_text")
+            fields[name] = orjson.loads(text) if name in _JSON_FIELDS and text is not None else text
         super().__init__(
             **fields,
             matter=SimpleNamespace(name=row["matter__name"]),
@@ -123,11 +136,18 @@ class JobClaims:
     """The claims source audit.verification reads (registered in decoding.apps)."""
 
     def for_trails(self, trail_ids: Collection[str]) -> list[binding.Claim]:
-        # Rows, not model instances: this runs for every job on every verification.
-        rows = GenerationJob.objects.filter(trail_id__in=list(trail_ids)).values(*_CLAIMED_FIELDS)
+        # Rows as text, not model instances: this runs for every job on every verification.
+        plain = [name for name in _CLAIMED_FIELDS if name not in _AS_TEXT]
+        texts = {f"{name}_text": Cast(name, TextField()) for name in _AS_TEXT}
+        rows = GenerationJob.objects.filter(trail_id__in=list(trail_ids)).values(*plain, **texts)
         return [job_claim(_ClaimedRow(row)) for row in rows]
 
-    def pointers(self) -> Iterator[tuple[str, str]]:
-        rows = GenerationJob.objects.filter(trail_id__isnull=False).values_list("id", "trail_id")
+    def dangling(self) -> Iterator[tuple[str, str]]:
+        # One anti-join in the database, not every job's pointer brought here.
+        rows = (
+            GenerationJob.objects.filter(trail_id__isnull=False)
+            .exclude(trail_id__in=Trail.objects.values("id"))
+            .values_list("id", "trail_id")
+        )
         for job_id, trail_id in rows.iterator(chunk_size=2000):
             yield str(job_id), str(trail_id)
