@@ -20,11 +20,10 @@ from itertools import groupby
 
 import orjson
 from django.db import connection, transaction
-from django.db.models import TextField
-from django.db.models.functions import Cast
 from django.utils import timezone
 
 from . import anchored, binding, chain, claims, merkle, parallel
+from .dbtext import canonical, uuid_text
 from .keys import verify_note
 from .log import (
     NotYetCovered,
@@ -163,10 +162,17 @@ _TrailRow = namedtuple(
 
 def _trail_rows():
     """Every trail row as _TrailRow's fields, its ids as text (as every check compares them)."""
-    as_text = {"id", "job_id", "previous_id"}
     return Trail.objects.values_list(
-        *(Cast(name, TextField()) if name in as_text else name for name in _TrailRow._fields)
+        *(uuid_text(name) if name in _TRAIL_IDS else name for name in _TrailRow._fields)
     )
+
+
+_TRAIL_IDS = ("id", "job_id", "previous_id")
+
+
+def _trail_row(values: tuple) -> _TrailRow:
+    row = _TrailRow._make(values)
+    return row._replace(**{name: canonical(getattr(row, name)) for name in _TRAIL_IDS})
 
 
 @dataclass(frozen=True)
@@ -225,7 +231,7 @@ class _Context:
         part = Report(scope="all")
         trails = {
             row.id: row
-            for row in map(_TrailRow._make, shard.ids(_trail_rows()).iterator(chunk_size=_CHUNK))
+            for row in map(_trail_row, shard.ids(_trail_rows()).iterator(chunk_size=_CHUNK))
         }
         sealed, sealed_at = _sealed(shard.rows(LedgerEntry.objects.all()))
         fixed: dict[str, int] = {}
@@ -349,10 +355,11 @@ def _anchored_walks(fixed: dict[str, int], trails: dict, sealed: dict, report: R
     bound = shard.rows(
         DecisionRecord.objects.exclude(kind=DecisionRecord.Kind.DECISION)
         .order_by("trail_id", "seq")
-        .values_list(Cast("trail_id", TextField()), "kind", "payload")
+        .values_list(uuid_text("trail_id"), "kind", "payload")
     )
     seen: set[str] = set()
-    for trail_id, rows in groupby(bound.iterator(chunk_size=_CHUNK), key=lambda row: row[0]):
+    for trail_value, rows in groupby(bound.iterator(chunk_size=_CHUNK), key=lambda row: row[0]):
+        trail_id = canonical(trail_value)
         if trail_id in fixed:
             seen.add(trail_id)
             yield _anchored(

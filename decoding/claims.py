@@ -12,6 +12,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from audit import binding
+from audit.dbtext import canonical, uuid_text
 from audit.models import Trail
 from decoding.engine import GenerationParams, params_payload
 from decoding.job_input import JOB_PARAM_FIELDS
@@ -124,7 +125,10 @@ class _ClaimedRow(SimpleNamespace):
         fields = {name: value for name, value in row.items() if "__" not in name}
         for name in _AS_TEXT:
             text = fields.pop(f"{name}_text")
-            fields[name] = orjson.loads(text) if name in _JSON_FIELDS and text is not None else text
+            if name in _JSON_FIELDS:
+                fields[name] = orjson.loads(text) if text is not None else None
+            else:
+                fields[name] = canonical(text)
         super().__init__(
             **fields,
             matter=SimpleNamespace(name=row["matter__name"]),
@@ -138,7 +142,10 @@ class JobClaims:
     def for_trails(self, trail_ids: Collection[str]) -> list[binding.Claim]:
         # Rows as text, not model instances: this runs for every job on every verification.
         plain = [name for name in _CLAIMED_FIELDS if name not in _AS_TEXT]
-        texts = {f"{name}_text": Cast(name, TextField()) for name in _AS_TEXT}
+        texts = {
+            f"{name}_text": Cast(name, TextField()) if name in _JSON_FIELDS else uuid_text(name)
+            for name in _AS_TEXT
+        }
         rows = GenerationJob.objects.filter(trail_id__in=list(trail_ids)).values(*plain, **texts)
         return [job_claim(_ClaimedRow(row)) for row in rows]
 
