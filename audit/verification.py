@@ -182,23 +182,12 @@ class _Shard:
     lo: str | None
     hi: str | None
 
-    def has(self, trail_id: str) -> bool:
-        return (self.lo is None or trail_id >= self.lo) and (self.hi is None or trail_id < self.hi)
-
-    def rows(self, queryset):
-        """The rows of `queryset` (with a trail_id) of the shard's trails."""
+    def of(self, queryset, field: str = "trail_id"):
+        """The rows of `queryset` that belong to the shard's trails (by `field`)."""
         if self.lo is not None:
-            queryset = queryset.filter(trail_id__gte=self.lo)
+            queryset = queryset.filter(**{f"{field}__gte": self.lo})
         if self.hi is not None:
-            queryset = queryset.filter(trail_id__lt=self.hi)
-        return queryset
-
-    def ids(self, queryset):
-        """The shard's trails of a Trail queryset."""
-        if self.lo is not None:
-            queryset = queryset.filter(id__gte=self.lo)
-        if self.hi is not None:
-            queryset = queryset.filter(id__lt=self.hi)
+            queryset = queryset.filter(**{f"{field}__lt": self.hi})
         return queryset
 
 
@@ -231,9 +220,11 @@ class _Context:
         part = Report(scope="all")
         trails = {
             row.id: row
-            for row in map(_trail_row, shard.ids(_trail_rows()).iterator(chunk_size=_CHUNK))
+            for row in map(
+                _trail_row, shard.of(_trail_rows(), field="id").iterator(chunk_size=_CHUNK)
+            )
         }
-        sealed, sealed_at = _sealed(shard.rows(LedgerEntry.objects.all()))
+        sealed, sealed_at = _sealed(shard.of(LedgerEntry.objects.all()))
         fixed: dict[str, int] = {}
         to_walk = None  # every trail with records
         if self.point is not None:
@@ -337,7 +328,7 @@ def _records_to_walk(to_walk: list[str] | None, shard: _Shard):
     with records in the shard, in one streamed pass)."""
     rows = DecisionRecord.objects.order_by("trail_id", "seq", "id")
     if to_walk is None:
-        yield from groupby(_stored(shard.rows(rows)), key=lambda record: record[0].trail_id)
+        yield from groupby(_stored(shard.of(rows)), key=lambda record: record[0].trail_id)
         return
     for start in range(0, len(to_walk), _WALK_BATCH):
         chunk = to_walk[start : start + _WALK_BATCH]
@@ -352,7 +343,7 @@ def _anchored_walks(fixed: dict[str, int], trails: dict, sealed: dict, report: R
     alone (an index of their own), not over the decisions between them."""
     if not fixed:
         return
-    bound = shard.rows(
+    bound = shard.of(
         DecisionRecord.objects.exclude(kind=DecisionRecord.Kind.DECISION)
         .order_by("trail_id", "seq")
         .values_list(uuid_text("trail_id"), "kind", "payload")

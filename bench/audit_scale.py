@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -54,6 +55,10 @@ def main() -> None:
     os.environ.setdefault(
         "PATHFINDER_CHECKPOINT_PUBLISH_DIR", str(ROOT / "var" / "bench-published-checkpoints")
     )
+    if not args.reuse:
+        # A new history is a new log: checkpoints published for an earlier one would rightly
+        # read as a rollback.
+        shutil.rmtree(os.environ["PATHFINDER_CHECKPOINT_PUBLISH_DIR"], ignore_errors=True)
     report = run_facts("audit_scale.py")
     report["load_before"] = load_average()
     report["postgres"] = setup_database(URL, fresh=not args.reuse)

@@ -5,7 +5,8 @@ One real job is decoded on the stub model (its request, decisions and answer as 
 writes them); each synthetic job is a copy with its own ids and salt, its request and answer
 records made again by audit.binding for that job, its decisions renamed to it, and every chain
 hash computed as audit.store would, so `verify_chain --all` checks it as real history. Rows go
-in by bulk INSERT through the append-only triggers (which still check every chain link).
+in by bulk INSERT through the append-only triggers (which still check every chain link), with
+no ledger lock: nothing else writes the bench database.
 """
 
 from __future__ import annotations
@@ -82,7 +83,6 @@ def _write_batch(template, count: int) -> None:
     from audit import binding, chain
     from audit.models import DecisionRecord, LedgerEntry, Trail
     from audit.selectors import trail_decisions
-    from audit.store import _lock_ledger
     from decoding.models import GenerationJob
 
     decisions = [
@@ -146,7 +146,6 @@ def _write_batch(template, count: int) -> None:
     for trail in trails:
         trail.record_count, trail.head_hash = heads[trail.id]
     Trail.objects.bulk_update(trails, ["record_count", "head_hash"], batch_size=BATCH)
-    _lock_ledger()
     last = LedgerEntry.objects.order_by("-seq").only("seq", "entry_hash").first()
     seq = last.seq + 1 if last else 0
     prev_hash = last.entry_hash if last else chain.ledger_genesis_hash()

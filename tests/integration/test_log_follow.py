@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,8 @@ from django.test import Client
 
 from audit.log import checkpoint_create
 from audit.models import LedgerEntry
-from audit.store import trail_open, trail_seal
+
+from .test_log_tiles import sealed
 
 CLIENT_SOURCE = Path(__file__).resolve().parents[1] / "tlog_client"
 GOPATH = "/usr/share/gocode"
@@ -45,12 +45,6 @@ def tlog_client(tmp_path_factory) -> Path:
     }
     subprocess.run(["go", "build", "-o", str(out), "."], cwd=CLIENT_SOURCE, env=env, check=True)
     return out
-
-
-def sealed(count: int) -> None:
-    for _ in range(count):
-        trail = trail_open(job_id=uuid.uuid4(), attempt=1)
-        trail_seal(trail_id=trail.id, outcome="abandoned")
 
 
 class _Relay(http.server.BaseHTTPRequestHandler):
