@@ -105,5 +105,13 @@ class GenerationJobAdmin(admin.ModelAdmin):
 class ModelSpecAdmin(admin.ModelAdmin):
     """Saving runs ModelSpec.clean(): a draft whose vocabulary differs is refused here."""
 
-    list_display = ("name", "provider", "drafter", "draft_schedule", "updated_at")
+    list_display = (
+        "name",
+        "provider",
+        "drafter",
+        "draft_schedule",
+        "default_params",
+        "default_params_source",
+        "updated_at",
+    )
     search_fields = ("name",)

@@ -78,18 +78,23 @@ def job_input(
     return JobInput(spec=spec, prompt=tokenized, messages=messages, params=params)
 
 
-def job_params(spec: ModelSpec, given: dict) -> dict:
-    """The request's decoding parameters: what it gave, else the spec's defaults, else ours."""
-    params = {
+def sampling_defaults(spec: ModelSpec) -> dict:
+    """What a request that leaves a parameter out decodes with: the spec's defaults (its model's
+    recommendation, ModelSpec.default_params_source), else OpenAI's. No seed (each job draws
+    its own) and no eos_token_id (the tokenizer's, unless the spec names one)."""
+    return {
         "max_tokens": 16,
         "temperature": 1.0,
         "top_k": 0,
         "top_p": 1.0,
         "draft_length": settings.PATHFINDER_DEFAULT_DRAFT_LENGTH,
-        "eos_token_id": _default_eos(spec),
         **{k: v for k, v in (spec.default_params or {}).items() if k in JOB_PARAM_FIELDS},
-        **given,
     }
+
+
+def job_params(spec: ModelSpec, given: dict) -> dict:
+    """The request's decoding parameters: what it gave, else the spec's defaults, else ours."""
+    params = {"eos_token_id": _default_eos(spec), **sampling_defaults(spec), **given}
     if params.get("seed") is None:
         # Every job has a seed, so every job can be replayed.
         params["seed"] = secrets.randbelow(2**53)

@@ -6,8 +6,11 @@ provider and drafter kind checks its own part (decoding.kinds).
 
 from __future__ import annotations
 
+import dataclasses
+
 from django.core.exceptions import ValidationError
 
+from decoding.engine.params import GenerationParams
 from decoding.kinds.registry import DRAFTER_KINDS, PROVIDER_KINDS
 
 
@@ -22,7 +25,24 @@ def model_spec_check(spec) -> int:
     if drafter is None:
         raise ValidationError({"drafter": f"unknown drafter {spec.drafter!r}"})
     drafter.check(spec, target_vocab)
+    _check_default_params(spec.default_params)
     return target_vocab
+
+
+def _check_default_params(defaults) -> None:
+    """Defaults name request parameters, each a value a request could give."""
+    if not isinstance(defaults, dict):
+        raise ValidationError({"default_params": "must be a JSON object"})
+    known = [field.name for field in dataclasses.fields(GenerationParams)]
+    unknown = sorted(set(defaults) - set(known))
+    if unknown:
+        raise ValidationError(
+            {"default_params": f"unknown parameter {unknown[0]!r}; known: {', '.join(known)}"}
+        )
+    try:
+        GenerationParams(**defaults)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError({"default_params": str(exc)}) from exc
 
 
 def remote_top_logprobs(spec) -> list[int]:

@@ -96,7 +96,17 @@ class ModelSpec(models.Model):
         max_length=20, choices=Schedule.choices, default=Schedule.ADAPTIVE
     )
     default_params = models.JSONField(
-        default=dict, blank=True, help_text="defaults for request fields the caller leaves out"
+        default=dict,
+        blank=True,
+        help_text='defaults for request fields the caller leaves out, e.g. {"temperature": 0.2, '
+        '"top_p": 0.9, "max_tokens": 128}',
+    )
+    # A GGUF file carries no generation config, so where the sampling defaults come from (the
+    # model card, a generation_config.json) is recorded beside them, for operators and callers.
+    default_params_source = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="where default_params come from (the model card or generation config)",
     )
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -207,6 +217,13 @@ class GenerationJob(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.id} ({self.status})"
+
+    @property
+    def question(self) -> str:
+        """What was asked, for a reader: a chat's last user message, else the prompt text
+        ("" when the caller sent token ids)."""
+        users = [m["content"] for m in self.messages or () if m.get("role") == "user"]
+        return users[-1] if users else self.prompt_text
 
     @property
     def acceptance_rate(self) -> float:

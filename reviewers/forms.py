@@ -25,7 +25,9 @@ class JobFilterForm(forms.Form):
         required=False,
         max_length=128,
         label="Search",
-        widget=forms.TextInput(attrs={"placeholder": "job id or request id prefix"}),
+        widget=forms.TextInput(
+            attrs={"placeholder": "words asked or answered, a job id or request id"}
+        ),
     )
     page = forms.IntegerField(required=False, min_value=1, max_value=100_000)
 

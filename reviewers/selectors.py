@@ -3,13 +3,12 @@ granted to the reviewer: anything else is a 404, with no hint that it exists."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import uuid
 from dataclasses import dataclass
 
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.shortcuts import get_object_or_404
 
 from audit.models import Trail
@@ -17,6 +16,7 @@ from audit.selectors import trail_decision, trail_decisions
 from decoding.models import GenerationJob, Matter, Replay
 
 from .models import Annotation, CustodyEvent, SignOff, TrailVerification
+from .search import job_search
 from .steps import Step, emitted_tokens, step_present
 
 PAGE_SIZE = 50
@@ -97,7 +97,7 @@ def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None 
     elif filters.verification == "broken":
         jobs = jobs.filter(verified_ok=False)
     if filters.q:
-        jobs = jobs.filter(_search(filters.q))
+        jobs = job_search(jobs, filters.q)
     offset = (page - 1) * page_size
     ids = list(
         jobs.order_by("-created_at", "-id").values_list("id", flat=True)[
@@ -115,14 +115,6 @@ def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None 
 
 def _start_of(day: datetime.date) -> datetime.datetime:
     return datetime.datetime.combine(day, datetime.time.min, tzinfo=datetime.UTC)
-
-
-def _search(text: str) -> Q:
-    """An exact job id, or a request id prefix."""
-    query = Q(request_id__startswith=text)
-    with contextlib.suppress(ValueError):
-        query |= Q(id=uuid.UUID(text))
-    return query
 
 
 def trail_of(*, job: GenerationJob) -> Trail | None:

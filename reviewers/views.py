@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from . import selectors, services
+from . import charts, selectors, services
 from .custody_chain import custody_chain_pending, custody_verify
 from .forms import AnnotationForm, CustodyPageForm, JobFilterForm, StepForm, errors_text
 from .steps import step_present
@@ -84,6 +84,8 @@ def job_walk(request, job_id: uuid.UUID):
         **_step_context(job, step_number, len(payloads), step, annotations),
         "trail": selectors.trail_of(job=job),
         "output": selectors.output_tokens(payloads),
+        "per_step": charts.accepted_per_step(payloads),
+        "by_position": charts.acceptance_by_position(payloads),
         "verification": selectors.verification_latest(job=job),
         "replay": latest_replay,
         "trail_notes": [note for note in annotations if note.step is None],

@@ -86,12 +86,26 @@ class ChatCompletionOut(CompletionOut):
     choices = ChatChoiceOut(many=True)
 
 
+class SamplingDefaultsOut(serializers.Serializer):
+    max_tokens = serializers.IntegerField()
+    temperature = serializers.FloatField()
+    top_k = serializers.IntegerField()
+    top_p = serializers.FloatField()
+    draft_length = serializers.IntegerField()
+
+
 class ModelOut(serializers.Serializer):
     id = serializers.CharField()
     object = serializers.CharField()
     created = serializers.IntegerField()
     owned_by = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
+    default_params = SamplingDefaultsOut(
+        help_text="What a request that leaves a parameter out decodes with"
+    )
+    default_params_source = serializers.CharField(
+        allow_blank=True, help_text="Where the defaults come from (the model's card or config)"
+    )
 
 
 class ModelListOut(serializers.Serializer):

@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from decoding import relay, runtime, services, waiting
 from decoding.api.serializers import GenerationInput
-from decoding.job_input import InvalidInput
+from decoding.job_input import InvalidInput, sampling_defaults
 from decoding.models import GenerationJob, ModelSpec
 from decoding.selectors import AnswerNotRecorded, job_answer
 from decoding.text import TextStream
@@ -60,6 +60,8 @@ class ModelList(OpenAIView):
                         "created": int(spec.updated_at.timestamp()),
                         "owned_by": "pathfinder",
                         "description": spec.description,
+                        "default_params": sampling_defaults(spec),
+                        "default_params_source": spec.default_params_source,
                     }
                     for spec in specs
                 ],
