@@ -193,6 +193,7 @@ def request_for(job: GenerationJob) -> GenerationRequest:
         request_id=str(job.id),
         prompt_token_ids=tuple(job.prompt_token_ids),
         params=job_generation_params(job),
+        top_logprobs=job.top_logprobs,
     )
 
 

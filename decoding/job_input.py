@@ -43,6 +43,7 @@ class JobInput:
     prompt: Prompt
     messages: list[dict] | None
     params: dict  # every field of JOB_PARAM_FIELDS: what was given, else the defaults
+    top_logprobs: int  # alternatives each record keeps per token (GenerationRequest's)
 
 
 def job_input(
@@ -51,6 +52,7 @@ def job_input(
     prompt: str | None = None,
     messages: list[dict] | None = None,
     prompt_token_ids: list[int] | None = None,
+    top_logprobs: int = 0,
     **given,
 ) -> JobInput:
     """The request checked and completed, or InvalidInput naming the first field at fault."""
@@ -75,7 +77,15 @@ def job_input(
     eos = params["eos_token_id"]
     if eos is not None and eos >= runtime.vocab_size(spec):
         raise InvalidInput("eos_token_id", f"Token id {eos} is outside the model's vocabulary.")
-    return JobInput(spec=spec, prompt=tokenized, messages=messages, params=params)
+    if top_logprobs > spec.top_logprobs:
+        raise InvalidInput(
+            "top_logprobs",
+            f"Model {spec.name} records at most {spec.top_logprobs} top log-probabilities per "
+            "token (its spec's top_logprobs).",
+        )
+    return JobInput(
+        spec=spec, prompt=tokenized, messages=messages, params=params, top_logprobs=top_logprobs
+    )
 
 
 def sampling_defaults(spec: ModelSpec) -> dict:

@@ -3,8 +3,10 @@
 import hashlib
 import uuid
 
+from django.core.validators import MaxValueValidator
 from django.db import models
 
+from decoding.engine.params import MAX_TOP_LOGPROBS
 from decoding.kinds.registry import DRAFTER_KINDS, PROVIDER_KINDS
 
 
@@ -108,6 +110,13 @@ class ModelSpec(models.Model):
         blank=True,
         help_text="where default_params come from (the model card or generation config)",
     )
+    top_logprobs = models.PositiveSmallIntegerField(
+        default=0,
+        validators=[MaxValueValidator(MAX_TOP_LOGPROBS)],
+        help_text="the most top log-probabilities per token a request may ask for; a job that "
+        "asks for N has its records keep the target's N most probable tokens at each position "
+        "(0: only the chosen tokens' log-probabilities, which every record holds)",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -167,6 +176,8 @@ class GenerationJob(models.Model):
     seed = models.BigIntegerField()
     draft_length = models.PositiveIntegerField()
     eos_token_id = models.PositiveIntegerField(null=True, blank=True)
+    # The target's most probable tokens each record keeps per emitted token (top_logprobs).
+    top_logprobs = models.PositiveSmallIntegerField(default=0)
     # A streamed job commits every step's record on its own, so each can be relayed at once.
     stream = models.BooleanField(default=False)
     # Its caller holds a connection open until it ends (a /v1 request or a stream): counted

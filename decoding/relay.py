@@ -28,8 +28,12 @@ class AttemptChanged(Exception):
 
 @dataclass(frozen=True)
 class Progress:
-    token_ids: list[int]  # tokens of records committed since the last Progress
+    decisions: list[dict]  # decision payloads committed since the last Progress, parsed
     job: GenerationJob  # the job row as read before those records
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [token for payload in self.decisions for token in payload["emitted"]]
 
     @property
     def finished(self) -> bool:
@@ -59,7 +63,7 @@ def follow(
                     "sent; that part came from an abandoned attempt. Fetch the job for its answer."
                 )
             trail_id, next_seq = job.trail_id, 0
-        tokens: list[int] = []
+        decisions: list[dict] = []
         if trail_id is not None:
             rows = (
                 DecisionRecord.objects.filter(trail_id=trail_id, seq__gte=next_seq)
@@ -68,10 +72,10 @@ def follow(
             )
             for seq, kind, payload in rows:
                 if kind == DecisionRecord.Kind.DECISION:
-                    tokens.extend(json.loads(payload)["emitted"])
+                    decisions.append(json.loads(payload))
                 next_seq = seq + 1
-        relayed = relayed or bool(tokens)
-        progress = Progress(tokens, job)
+        progress = Progress(decisions, job)
+        relayed = relayed or bool(progress.token_ids)
         yield progress
         if progress.finished:
             return

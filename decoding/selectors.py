@@ -8,7 +8,7 @@ from rest_framework.exceptions import APIException
 
 from audit import binding
 from audit.models import DecisionRecord, Trail
-from audit.selectors import trail_record_of_kind
+from audit.selectors import trail_decisions, trail_record_of_kind
 from decoding.claims import job_served
 from decoding.models import ApiKey, GenerationJob
 
@@ -100,6 +100,14 @@ def trail_for_job(job: GenerationJob) -> Trail | None:
     if hasattr(job, _TRAIL):
         return getattr(job, _TRAIL)
     return Trail.objects.filter(pk=job.trail_id).first()
+
+
+def job_decisions(job: GenerationJob) -> list[dict]:
+    """The decision payloads of the job's trail, parsed, in step order."""
+    if job.trail_id is None:
+        return []
+    rows = trail_decisions(trail_id=job.trail_id).values_list("payload", flat=True)
+    return [json.loads(payload) for payload in rows.iterator(chunk_size=2000)]
 
 
 def trail_records(job: GenerationJob):

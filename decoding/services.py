@@ -114,6 +114,7 @@ def job_submit(
                 stop=stop or [],
                 stream=stream,
                 caller_waits=caller_waits,
+                top_logprobs=checked.top_logprobs,
                 **checked.params,
             )
             if enqueue:

@@ -4,7 +4,6 @@ granted to the reviewer: anything else is a 404, with no hint that it exists."""
 from __future__ import annotations
 
 import datetime
-import json
 import uuid
 from dataclasses import dataclass
 
@@ -14,6 +13,7 @@ from django.shortcuts import get_object_or_404
 from audit.models import Trail
 from audit.selectors import trail_decision, trail_decisions
 from decoding.models import GenerationJob, Matter, Replay
+from decoding.selectors import job_decisions
 
 from .models import Annotation, CustodyEvent, SignOff, TrailVerification
 from .search import job_search
@@ -125,10 +125,7 @@ def trail_of(*, job: GenerationJob) -> Trail | None:
 
 def trail_payloads(*, job: GenerationJob) -> list[dict]:
     """Every decision record of the job's trail, parsed, in step order."""
-    if job.trail_id is None:
-        return []
-    payloads = trail_decisions(trail_id=job.trail_id).values_list("payload", flat=True)
-    return [json.loads(payload) for payload in payloads.iterator(chunk_size=2000)]
+    return job_decisions(job)
 
 
 def trail_step_count(*, job: GenerationJob) -> int:

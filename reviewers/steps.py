@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from decoding.engine.records import BONUS, CORRECTION, DRAFT, emitted_from
+
 GREEDY = "greedy-argmax"
 
 CORRECTION_HOW = {
@@ -208,44 +210,27 @@ def step_present(payload: dict) -> Step:
     )
 
 
-# How each released token was produced, for the output's colouring (the walk's legend).
-DRAFT, CORRECTION, BONUS = "draft", "correction", "bonus"
 SOURCE_LABEL = {
     DRAFT: "accepted draft token",
     CORRECTION: "target's correction",
     BONUS: "bonus token",
 }
-_CORRECTION_SOURCE = {"residual": CORRECTION, "argmax": CORRECTION}
 
 
 def emitted_tokens(payload: dict) -> list[dict]:
     """The tokens a step released, each with its text piece (or id), the step, how it was
     produced and its probabilities under the target (p) and the draft (q, drafted tokens only).
-
-    A step releases its accepted drafted tokens, then the correction (at the first rejected
-    position) or the bonus (all accepted), cut short where generation stopped.
     """
-    texts = payload.get("emitted_text") or []
     step = payload.get("step", 0)
-    drafted = payload.get("drafted") or []
-    accepted = payload.get("accepted_count", 0)
-    correction = payload.get("correction") or {}
-    tokens = []
-    for i, token in enumerate(payload.get("emitted") or []):
-        if i < accepted and i < len(drafted):
-            source, p, q = DRAFT, drafted[i].get("p"), drafted[i].get("q")
-        else:
-            source = _CORRECTION_SOURCE.get(correction.get("kind"), BONUS)
-            p, q = correction.get("p"), None
-        tokens.append(
-            {
-                "token": token,
-                "label": token_label(token, texts[i] if i < len(texts) else None),
-                "step": step,
-                "source": source,
-                "source_label": SOURCE_LABEL[source],
-                "p": p,
-                "q": q,
-            }
-        )
-    return tokens
+    return [
+        {
+            "token": emitted.token,
+            "label": token_label(emitted.token, emitted.text),
+            "step": step,
+            "source": emitted.source,
+            "source_label": SOURCE_LABEL[emitted.source],
+            "p": emitted.p,
+            "q": emitted.q,
+        }
+        for emitted in emitted_from(payload)
+    ]

@@ -72,6 +72,7 @@ class ParamsOut(serializers.Serializer):
     seed = serializers.IntegerField()
     draft_length = serializers.IntegerField()
     eos_token_id = serializers.IntegerField(allow_null=True)
+    top_logprobs = serializers.IntegerField()
 
 
 class TimingsOut(serializers.Serializer):

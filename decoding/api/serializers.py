@@ -7,10 +7,10 @@ from django.conf import settings
 from django.urls import reverse
 from rest_framework import serializers
 
+from decoding.engine.params import MAX_SEED, MAX_TOP_LOGPROBS
 from decoding.models import GenerationJob
 from decoding.selectors import job_answer, trail_for_job
 
-MAX_SEED = 2**53 - 1  # seeds travel in canonical JSON, whose integers stop at 2**53 - 1
 MAX_STOP_STRINGS = 4
 # A stop string longer than any answer could never match; this bounds the work of looking.
 MAX_STOP_STRING_CHARS = 256
@@ -80,6 +80,13 @@ class GenerationInput(serializers.Serializer):
     seed = serializers.IntegerField(min_value=0, max_value=MAX_SEED, required=False)
     draft_length = serializers.IntegerField(min_value=0, required=False)
     eos_token_id = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    top_logprobs = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_TOP_LOGPROBS,
+        required=False,
+        help_text="How many of the target's most probable tokens each decision record keeps "
+        "per emitted token (up to the model spec's top_logprobs); 0: none",
+    )
     request_id = serializers.CharField(max_length=128, required=False, allow_blank=False)
 
     def to_internal_value(self, data):
@@ -130,6 +137,7 @@ class GenerationOutput(serializers.Serializer):
                 "seed": job.seed,
                 "draft_length": job.draft_length,
                 "eos_token_id": job.eos_token_id,
+                "top_logprobs": job.top_logprobs,
             },
             "output_text": answer.text if answer else "",
             "output_token_ids": list(answer.token_ids) if answer else [],

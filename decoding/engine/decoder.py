@@ -16,6 +16,7 @@ from .params import GenerationParams, GenerationRequest
 from .providers.base import Provider
 from .records import StepRecord
 from .rules import Verdict, verify_greedy, verify_sampling
+from .sampling import top_tokens
 from .schedule import DraftSchedule, FixedSchedule
 from .tokenizer import Tokenizer
 
@@ -81,6 +82,14 @@ def _stop_reason(
     if len(output) + len(emitted) >= params.max_tokens:
         return "max_tokens"
     return None
+
+
+def _target_top(p, emitted: int, n: int) -> tuple | None:
+    """The target's n most probable tokens at each emitted position (the emitted tokens sit at
+    positions 0.., since a step keeps an accepted prefix and then its correction or bonus)."""
+    if n == 0:
+        return None
+    return tuple(top_tokens(p[i], n) for i in range(emitted))
 
 
 class SpeculativeDecoder:
@@ -187,6 +196,7 @@ class SpeculativeDecoder:
                 draft_ns=drafted_at - started,
                 verify_ns=verified_at - drafted_at,
                 draft_source=draft.source,
+                target_top=_target_top(p, len(emitted), request.top_logprobs),
                 **self._texts(proposed, verdict, emitted),
             )
             committing = time.perf_counter_ns()

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 # The audit store accepts only integers that every JSON reader holds exactly (I-JSON, RFC 7493),
 # and the seed is written into every record.
 MAX_SEED = 2**53 - 1
+# OpenAI's bound on top_logprobs: a record keeps at most this many alternatives per token.
+MAX_TOP_LOGPROBS = 20
 
 
 def _require_int(name: str, value: object, minimum: int, maximum: int | None = None) -> None:
@@ -59,10 +61,14 @@ class GenerationRequest:
     request_id: str
     prompt_token_ids: tuple[int, ...]
     params: GenerationParams
+    # How many of the target's most probable tokens each record keeps per emitted position
+    # (the OpenAI API's top_logprobs); 0 keeps none, so nobody pays for them unasked.
+    top_logprobs: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:
             raise ValueError("request_id must be a non-empty string")
+        _require_int("top_logprobs", self.top_logprobs, 0, MAX_TOP_LOGPROBS)
         # Accept any sequence, store a tuple: a request must not change under the decoder.
         object.__setattr__(self, "prompt_token_ids", tuple(self.prompt_token_ids))
         if not self.prompt_token_ids:

@@ -66,3 +66,10 @@ def decimal(x: float) -> str:
     if not math.isfinite(value):
         raise ValueError(f"{value!r} has no place in an audit record")
     return repr(value)
+
+
+def top_tokens(probs: np.ndarray, n: int) -> tuple[tuple[int, float], ...]:
+    """The n most probable tokens of one row, most probable first (ties: the lower id), each
+    with its probability; tokens of probability 0 (cut by top-k or top-p) are left out."""
+    order, _ = _descending(probs[None, :])
+    return tuple((int(t), float(probs[t])) for t in order[0, :n] if probs[t] > 0)

@@ -106,6 +106,9 @@ class ModelOut(serializers.Serializer):
     default_params_source = serializers.CharField(
         allow_blank=True, help_text="Where the defaults come from (the model's card or config)"
     )
+    top_logprobs = serializers.IntegerField(
+        help_text="The most top_logprobs (chat) or logprobs (completions) a request may ask for"
+    )
 
 
 class ModelListOut(serializers.Serializer):

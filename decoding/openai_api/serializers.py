@@ -3,7 +3,8 @@
 from django.conf import settings
 from rest_framework import serializers
 
-from decoding.api.serializers import MAX_SEED, StopField, StrictFloatField
+from decoding.api.serializers import StopField, StrictFloatField
+from decoding.engine.params import MAX_SEED, MAX_TOP_LOGPROBS
 
 
 class StreamOptions(serializers.Serializer):
@@ -13,6 +14,9 @@ class StreamOptions(serializers.Serializer):
 class _OpenAIInput(serializers.Serializer):
     """The fields both endpoints take. `top_k` and `ignore_eos` are extensions (as vLLM's);
     `n` must be 1."""
+
+    # The native fields this endpoint calls by other names (errors name the endpoint's own).
+    OPENAI_NAMES: dict[str, str] = {}
 
     model = serializers.CharField(max_length=100, required=False)
     max_tokens = serializers.IntegerField(min_value=1, required=False, allow_null=True)
@@ -44,10 +48,14 @@ class _OpenAIInput(serializers.Serializer):
             raise serializers.ValidationError("Only n=1 is supported: one choice per request.")
         return value
 
+    def wants_logprobs(self) -> bool:
+        """Whether the response carries each token's log-probability."""
+        raise NotImplementedError
+
     def native(self) -> dict:
         """The request as native API fields (GenerationInput), without the OpenAI-only ones."""
         data = {k: v for k, v in self.validated_data.items() if v is not None}
-        for openai_only in ("stream", "stream_options", "user", "n"):
+        for openai_only in ("stream", "stream_options", "user", "n", "logprobs"):
             data.pop(openai_only, None)
         if data.pop("ignore_eos"):
             data["eos_token_id"] = None
@@ -55,8 +63,18 @@ class _OpenAIInput(serializers.Serializer):
 
 
 class CompletionInput(_OpenAIInput):
+    OPENAI_NAMES = {"prompt_token_ids": "prompt", "top_logprobs": "logprobs"}
+
     # A string, a list of one string, or a list of token ids.
     prompt = serializers.JSONField()
+    # The legacy API's form: an integer asks for each token's log-probability and that many
+    # of the most probable alternatives.
+    logprobs = serializers.IntegerField(
+        min_value=0, max_value=MAX_TOP_LOGPROBS, required=False, allow_null=True
+    )
+
+    def wants_logprobs(self) -> bool:
+        return self.validated_data.get("logprobs") is not None
 
     def validate_prompt(self, value):
         if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
@@ -80,6 +98,8 @@ class CompletionInput(_OpenAIInput):
 
     def native(self) -> dict:
         data = super().native()
+        if self.wants_logprobs():
+            data["top_logprobs"] = self.validated_data["logprobs"]
         prompt = data.pop("prompt")
         data["prompt" if isinstance(prompt, str) else "prompt_token_ids"] = prompt
         return data
@@ -106,6 +126,18 @@ class ChatMessageInput(serializers.Serializer):
 class ChatCompletionInput(_OpenAIInput):
     messages = ChatMessageInput(many=True, allow_empty=False)
     max_completion_tokens = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    logprobs = serializers.BooleanField(required=False, allow_null=True)
+    top_logprobs = serializers.IntegerField(
+        min_value=0, max_value=MAX_TOP_LOGPROBS, required=False, allow_null=True
+    )
+
+    def validate(self, data):
+        if data.get("top_logprobs") is not None and not data.get("logprobs"):
+            raise serializers.ValidationError({"top_logprobs": ["Requires logprobs: true."]})
+        return data
+
+    def wants_logprobs(self) -> bool:
+        return bool(self.validated_data.get("logprobs"))
 
     def native(self) -> dict:
         data = super().native()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from audit.binding import Answer
+from decoding.logprobs import TokenLogprob, chat_logprobs, completion_logprobs
 from decoding.models import GenerationJob
 from decoding.selectors import job_answer, trail_for_job
 
@@ -56,14 +57,23 @@ def _base(job: GenerationJob, kind: str, object_name: str) -> dict:
     }
 
 
-def response(job: GenerationJob, kind: str) -> dict:
+def logprobs(kind: str, entries: list[TokenLogprob] | None, *, text_offset: int = 0):
+    """A choice's `logprobs`: null unless the request asked for them."""
+    if entries is None:
+        return None
+    if kind == COMPLETION:
+        return completion_logprobs(entries, text_offset=text_offset)
+    return chat_logprobs(entries)
+
+
+def response(job: GenerationJob, kind: str, entries: list[TokenLogprob] | None = None) -> dict:
     answer = job_answer(job)
     text = answer.text if answer else ""
     if kind == COMPLETION:
-        choice = {"index": 0, "text": text, "logprobs": None}
+        choice = {"index": 0, "text": text}
     else:
         choice = {"index": 0, "message": {"role": "assistant", "content": text}}
-        choice["logprobs"] = None
+    choice["logprobs"] = logprobs(kind, entries)
     choice["finish_reason"] = finish_reason(answer)
     return {
         **_base(job, kind, kind),
@@ -73,21 +83,28 @@ def response(job: GenerationJob, kind: str) -> dict:
     }
 
 
-def chunk(job: GenerationJob, kind: str, text: str, *, first: bool = False) -> dict:
-    """One stream chunk carrying a text delta (its tokens' records are committed)."""
+def chunk(job: GenerationJob, kind: str, text: str, *, first: bool = False, logprobs=None) -> dict:
+    """One stream chunk carrying a text delta (its tokens' records are committed) and, when
+    asked, the log-probabilities of the tokens relayed since the last chunk."""
     if kind == COMPLETION:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": None}
         return {**_base(job, kind, COMPLETION), "choices": [choice]}
     delta = {"role": "assistant", "content": text} if first else {"content": text}
-    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+    choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}
     return {**_base(job, kind, "chat.completion.chunk"), "choices": [choice]}
 
 
 def last_chunk(
-    job: GenerationJob, answer: Answer | None, kind: str, text: str, *, first: bool
+    job: GenerationJob,
+    answer: Answer | None,
+    kind: str,
+    text: str,
+    *,
+    first: bool,
+    logprobs=None,
 ) -> dict:
     """The closing chunk: the rest of the text, the finish reason and the audit object."""
-    body = chunk(job, kind, text, first=first)
+    body = chunk(job, kind, text, first=first, logprobs=logprobs)
     body["choices"][0]["finish_reason"] = finish_reason(answer)
     body["pathfinder"] = pathfinder(job)
     return body

@@ -21,8 +21,9 @@ from rest_framework.views import APIView
 from decoding import relay, runtime, services, waiting
 from decoding.api.serializers import GenerationInput
 from decoding.job_input import InvalidInput, sampling_defaults
+from decoding.logprobs import token_logprobs
 from decoding.models import GenerationJob, ModelSpec
-from decoding.selectors import AnswerNotRecorded, job_answer
+from decoding.selectors import AnswerNotRecorded, job_answer, job_decisions
 from decoding.text import TextStream
 
 from . import shapes
@@ -62,6 +63,7 @@ class ModelList(OpenAIView):
                         "description": spec.description,
                         "default_params": sampling_defaults(spec),
                         "default_params_source": spec.default_params_source,
+                        "top_logprobs": spec.top_logprobs,
                     }
                     for spec in specs
                 ],
@@ -76,8 +78,11 @@ class _Generate(OpenAIView):
     def post(self, request):
         data = self.input_class(data=request.data)
         data.is_valid(raise_exception=True)
-        native = _native_input(data.native())
+        names = data.OPENAI_NAMES
+        native = _native_input(data.native(), names)
         stream = data.validated_data["stream"]
+        # None: no logprobs in the response; else how many alternatives each token shows.
+        top = native.get("top_logprobs", 0) if data.wants_logprobs() else None
         slot = waiting.WaitSlot()  # before the job exists: a refusal leaves nothing behind
         try:
             job, _ = services.job_submit(
@@ -89,7 +94,7 @@ class _Generate(OpenAIView):
             )
         except InvalidInput as exc:
             slot.release()
-            raise InvalidInput(_OPENAI_FIELD.get(exc.field, exc.field), str(exc)) from exc
+            raise InvalidInput(names.get(exc.field, exc.field), str(exc)) from exc
         except BaseException:
             slot.release()
             raise
@@ -97,7 +102,9 @@ class _Generate(OpenAIView):
         check = waiting.watch(request)
         if stream:
             options = data.validated_data.get("stream_options") or {}
-            chunks = _sse(job, self.kind, check, include_usage=options.get("include_usage", False))
+            chunks = _sse(
+                job, self.kind, check, include_usage=options.get("include_usage", False), top=top
+            )
             body = waiting.HeldWhileStreaming(chunks, slot)
             response = StreamingHttpResponse(body, content_type="text/event-stream")
             response["Cache-Control"] = "no-cache"
@@ -121,7 +128,11 @@ class _Generate(OpenAIView):
                 return _with(_stopping(job), headers)
         if job.status == GenerationJob.Status.FAILED:
             return _with(_failure(job), headers)
-        return Response(shapes.response(job, self.kind), headers=headers)
+        entries = None
+        if top is not None:
+            tokenizer = runtime.tokenizer_for(job.model_spec)
+            entries = token_logprobs(job_decisions(job), tokenizer, top)
+        return Response(shapes.response(job, self.kind, entries), headers=headers)
 
 
 def _generate_schema(operation_id: str, summary: str, request, response):
@@ -159,17 +170,11 @@ class ChatCompletions(_Generate):
     kind = shapes.CHAT
 
 
-# The native field a /v1 request calls by another name.
-_OPENAI_FIELD = {"prompt_token_ids": "prompt"}
-
-
-def _native_input(data: dict) -> dict:
+def _native_input(data: dict, names: dict) -> dict:
     """The request checked as the native API checks its shape; errors keep OpenAI's names."""
     native = GenerationInput(data=data)
     if not native.is_valid():
-        renamed = {
-            _OPENAI_FIELD.get(field, field): errors for field, errors in native.errors.items()
-        }
+        renamed = {names.get(field, field): errors for field, errors in native.errors.items()}
         raise serializers.ValidationError(renamed)
     return native.validated_data
 
@@ -220,7 +225,29 @@ def _event(body: dict) -> bytes:
     return f"data: {json.dumps(body, default=str)}\n\n".encode()
 
 
-def _closing(job: GenerationJob, kind: str, text: TextStream, rest: str, *, first, usage):
+class _Logprobs:
+    """The log-probabilities of relayed tokens not yet sent, for the next chunk (a chunk
+    whose text is held back, a partial character or a possible stop string, sends none)."""
+
+    def __init__(self, kind: str, tokenizer, top: int | None):
+        self._kind, self._tokenizer, self._top = kind, tokenizer, top
+        self._pending: list = []
+        self._offset = 0
+
+    def add(self, decisions: list[dict]) -> None:
+        if self._top is not None:
+            self._pending.extend(token_logprobs(decisions, self._tokenizer, self._top))
+
+    def take(self):
+        if self._top is None:
+            return None
+        body = shapes.logprobs(self._kind, self._pending, text_offset=self._offset)
+        self._offset += sum(len(entry.chosen.text) for entry in self._pending)
+        self._pending = []
+        return body
+
+
+def _closing(job: GenerationJob, kind: str, text: TextStream, rest: str, *, first, usage, logprobs):
     """The last chunk (and usage) of a finished job, its final text read from the recorded
     answer; an error event instead when the row's text is not what was recorded."""
     try:
@@ -229,21 +256,25 @@ def _closing(job: GenerationJob, kind: str, text: TextStream, rest: str, *, firs
         yield _event(openai_error(500, str(exc.detail), code="server_error").data)
         return
     rest += text.finish(answer.text if answer else "")
-    yield _event(shapes.last_chunk(job, answer, kind, rest, first=first))
+    last = shapes.last_chunk(job, answer, kind, rest, first=first, logprobs=logprobs.take())
+    yield _event(last)
     if usage:
         yield _event(shapes.usage_chunk(job, answer, kind))
 
 
-def _sse(job: GenerationJob, kind: str, check, *, include_usage: bool):
+def _sse(job: GenerationJob, kind: str, check, *, include_usage: bool, top: int | None):
     """The stream: a chunk per batch of committed tokens, the last chunk, then [DONE]. A client
     that leaves (or a timeout, or the service stopping) cancels the job at its next step
     boundary; a job that moved to a new attempt after tokens were sent ends with an error."""
-    text = TextStream(runtime.tokenizer_for(job.model_spec), job.stop)
+    tokenizer = runtime.tokenizer_for(job.model_spec)
+    text = TextStream(tokenizer, job.stop)
+    logprobs = _Logprobs(kind, tokenizer, top)
     first, done = True, False
     last_write = time.monotonic()
     try:
         timeout = settings.PATHFINDER_SYNC_TIMEOUT_S
         for progress in relay.follow(job.id, timeout=timeout, check=check):
+            logprobs.add(progress.decisions)
             if progress.finished:
                 ended = progress.job
                 if ended.status == GenerationJob.Status.FAILED:
@@ -251,13 +282,18 @@ def _sse(job: GenerationJob, kind: str, check, *, include_usage: bool):
                     yield _event(error)
                 else:
                     rest = text.push(progress.token_ids)
-                    yield from _closing(ended, kind, text, rest, first=first, usage=include_usage)
+                    yield from _closing(
+                        ended, kind, text, rest, first=first, usage=include_usage, logprobs=logprobs
+                    )
                 yield b"data: [DONE]\n\n"
                 done = True
                 return
             delta = text.push(progress.token_ids)
             if delta:
-                yield _event(shapes.chunk(progress.job, kind, delta, first=first))
+                body = shapes.chunk(
+                    progress.job, kind, delta, first=first, logprobs=logprobs.take()
+                )
+                yield _event(body)
                 first, last_write = False, time.monotonic()
             elif time.monotonic() - last_write > HEARTBEAT_S:
                 yield b": waiting\n\n"

@@ -5,6 +5,7 @@ before its record is committed; a client that leaves cancels its job; the cancel
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import openai
@@ -79,6 +80,105 @@ def committed_tokens(stack: Stack, job_id: str) -> list[int]:
             [job_id],
         ).fetchall()
     return [token for (payload,) in rows for token in json.loads(payload)["emitted"]]
+
+
+def recorded_logprobs(stack: Stack, job_id: str) -> list[tuple[float, list[tuple[int, float]]]]:
+    """Per emitted token: log p as its committed record states it, and the record's
+    alternatives (token, log p), read straight from PostgreSQL."""
+    with psycopg.connect(stack.database_url, autocommit=True) as db:
+        rows = db.execute(
+            """SELECT r.payload FROM audit_decisionrecord r
+               JOIN decoding_generationjob j ON j.trail_id = r.trail_id
+               WHERE j.id = %s AND r.kind = 'decision' ORDER BY r.seq""",
+            [job_id],
+        ).fetchall()
+    tokens = []
+    for (payload,) in rows:
+        record = json.loads(payload)
+        n, tops = record["accepted_count"], record.get("target_top") or []
+        for i, _ in enumerate(record["emitted"]):
+            p = record["drafted"][i]["p"] if i < n else record["correction"]["p"]
+            top = [(alt["token"], math.log(float(alt["p"]))) for alt in (tops[i] if tops else [])]
+            tokens.append((math.log(float(p)), top))
+    return tokens
+
+
+@pytest.fixture(scope="module")
+def logprobs_spec(postgres_stack) -> str:
+    """The default model with a fixed schedule, whose records may keep 5 alternatives."""
+    created = postgres_stack.manage(
+        "shell",
+        "-c",
+        "from decoding.models import ModelSpec; s = ModelSpec.objects.get(name='"
+        + MODEL
+        + "'); s.pk = None; s.name = 'smollm2-logprobs'; s.draft_schedule = 'fixed'; "
+        "s.top_logprobs = 5; s.save()",
+    )
+    assert created.returncode == 0, describe(created)
+    return "smollm2-logprobs"
+
+
+def test_chat_logprobs_are_the_records_own(client, postgres_stack, logprobs_spec):
+    chat = client.chat.completions.create(
+        model=logprobs_spec,
+        messages=MESSAGES,
+        max_tokens=20,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    content = chat.choices[0].logprobs.content
+    recorded = recorded_logprobs(postgres_stack, chat.model_extra["pathfinder"]["job_id"])
+    assert len(content) == chat.usage.completion_tokens == len(recorded)
+    for entry, (logprob, top) in zip(content, recorded, strict=True):
+        assert entry.logprob == logprob
+        assert [alt.logprob for alt in entry.top_logprobs] == [lp for _, lp in top]
+        assert 1 <= len(entry.top_logprobs) <= 3
+        assert entry.top_logprobs[0].token == entry.token  # greedy: the most probable
+    assert bytes(b for entry in content for b in entry.bytes).decode() == (
+        chat.choices[0].message.content
+    )
+
+
+def test_streamed_logprobs_cover_every_token_once(client, postgres_stack, logprobs_spec):
+    stream = client.chat.completions.create(
+        model=logprobs_spec,
+        messages=MESSAGES,
+        max_tokens=32,
+        temperature=0.7,
+        seed=5,
+        logprobs=True,
+        top_logprobs=2,
+        stream=True,
+    )
+    content, job_id = [], None
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].logprobs is not None:
+            content.extend(chunk.choices[0].logprobs.content)
+        job_id = (chunk.model_extra.get("pathfinder") or {}).get("job_id") or job_id
+    recorded = recorded_logprobs(postgres_stack, job_id)
+    assert content and job_id
+    assert [entry.logprob for entry in content] == [logprob for logprob, _ in recorded]
+    assert all(len(entry.top_logprobs) <= 2 for entry in content)
+
+
+def test_completion_logprobs_in_the_legacy_shape(client, postgres_stack, logprobs_spec):
+    completion = client.completions.create(
+        model=logprobs_spec, prompt=PROMPT, max_tokens=16, temperature=0, logprobs=2
+    )
+    logprobs = completion.choices[0].logprobs
+    recorded = recorded_logprobs(postgres_stack, completion.model_extra["pathfinder"]["job_id"])
+    assert logprobs.token_logprobs == [logprob for logprob, _ in recorded]
+    assert "".join(logprobs.tokens) == completion.choices[0].text
+    assert logprobs.text_offset[0] == 0 and all(len(top) <= 2 for top in logprobs.top_logprobs)
+
+
+def test_logprobs_beyond_the_specs_bound_are_refused(client):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, max_tokens=4, logprobs=True, top_logprobs=3
+        )
+    assert refused.value.body["param"] == "top_logprobs"
 
 
 def verified(stack: Stack, job_id: str) -> bool:
