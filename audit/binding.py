@@ -328,3 +328,38 @@ def text_matches(digest: object, salt: str, text: str) -> bool:
 def decision_seq(format_version: int, step: int) -> int:
     """The seq of step `step`'s decision record: v2 puts the request record at seq 0."""
     return step + 1 if format_version >= 2 else step
+
+
+# How an emitted token was produced, as a recorded decision says.
+DRAFT, CORRECTION, BONUS = "draft", "correction", "bonus"
+
+
+@dataclass(frozen=True)
+class EmittedToken:
+    token: int
+    source: str  # DRAFT, CORRECTION or BONUS
+    p: str | None  # the target's probability of it at its position (decimal string)
+    q: str | None  # the draft's, for an accepted draft token
+    text: str | None  # its text piece, when the record has one
+    top: list[dict] | None  # the record's target_top entry for its position, if any
+
+
+def emitted_from(payload: dict) -> list[EmittedToken]:
+    """A decision payload's released tokens: its accepted drafted tokens, then the correction
+    (a draft token was rejected) or the bonus (none was), cut short where generation stopped."""
+    drafted = payload.get("drafted") or []
+    accepted = payload.get("accepted_count", 0)
+    correction = payload.get("correction") or {}
+    texts = payload.get("emitted_text") or []
+    tops = payload.get("target_top") or []
+    tokens = []
+    for i, token in enumerate(payload.get("emitted") or []):
+        if i < accepted and i < len(drafted):
+            source, p, q = DRAFT, drafted[i].get("p"), drafted[i].get("q")
+        else:
+            kind = correction.get("kind")
+            source = CORRECTION if kind in ("residual", "argmax") else BONUS
+            p, q = correction.get("p"), None
+        text = texts[i] if i < len(texts) else None
+        tokens.append(EmittedToken(token, source, p, q, text, tops[i] if i < len(tops) else None))
+    return tokens

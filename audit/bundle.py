@@ -19,24 +19,29 @@ from typing import BinaryIO
 from audit import chain, merkle
 from audit.bundle_format import (
     ANSWER,
+    BUNDLE_FORMAT_VERSION,
     CHAIN,
     CHECKPOINT,
     DISCLOSURES,
     INCLUSION_PROOF,
     LEDGER_LEAF,
     MANIFEST,
-    MEMBER_NAMES,
+    MATTER,
     MODELS,
     PARAMS,
     PROMPT,
     README,
     RECORDS,
+    REPORT,
     TIMESTAMP,
     VERIFICATION,
     VERIFIER_KEY,
     deterministic_zip,
     json_member,
     manifest_member,
+    matter_member_names,
+    member_names,
+    trail_member,
 )
 
 BundleRecord = tuple[int, str, str, str]  # (seq, prev_hash, record_hash, payload_text)
@@ -56,6 +61,80 @@ class Texts:
 NO_TEXTS = Texts({})  # a v1 trail binds none
 
 
+@dataclass(frozen=True)
+class TrailEvidence:
+    """One sealed trail as a bundle carries it: its records, its ledger leaf, the leaf's proof
+    against the bundle's checkpoint, the texts it discloses and what its records describe."""
+
+    records: Sequence[BundleRecord]
+    trail_id: str
+    format_version: int
+    ledger_index: int
+    ledger_payload: str
+    proof: Sequence[bytes]
+    texts: Texts
+    models: dict
+    params: dict
+
+
+def trail_members(trail: TrailEvidence, *, tree_size: int) -> dict[str, bytes]:
+    """The members that describe one trail (records, chain, leaf, proof, texts, models and
+    parameters), under their names in a one-trail bundle."""
+    records = [tuple(r) for r in trail.records]  # any 4-sequences (e.g. values_list rows)
+    lines = []
+    for seq, _prev, _hash, payload in records:
+        if "\n" in payload:
+            raise ValueError(f"record seq {seq}: a stored payload cannot contain a newline")
+        lines.append(payload + "\n")
+    if any(len(p) != merkle.HASH_SIZE for p in trail.proof):
+        raise ValueError("inclusion proof elements must be 32-byte hashes")
+    if not isinstance(trail.models, dict) or not isinstance(trail.params, dict):
+        raise TypeError("models and params must be JSON objects (dicts)")
+    genesis = chain.genesis_hash(trail.trail_id)
+    chain_doc = {
+        "format_version": trail.format_version,
+        "trail_id": trail.trail_id,
+        "genesis_hash": genesis,
+        "records": [
+            {"seq": seq, "prev_hash": prev, "record_hash": rh} for seq, prev, rh, _ in records
+        ],
+        "head_hash": records[-1][2] if records else genesis,
+        "record_count": len(records),
+    }
+    index, payload = trail.ledger_index, trail.ledger_payload
+    return {
+        RECORDS: "".join(lines).encode("utf-8"),
+        CHAIN: json_member(chain_doc),
+        LEDGER_LEAF: json_member({"index": index, "payload": payload}),
+        INCLUSION_PROOF: json_member(
+            {
+                "leaf_index": index,
+                "tree_size": tree_size,
+                "proof": [bytes(p).hex() for p in trail.proof],
+                "leaf_hash": merkle.leaf_hash(payload.encode("utf-8")).hex(),
+            }
+        ),
+        DISCLOSURES: json_member(trail.texts.disclosures),
+        PROMPT: trail.texts.prompt.encode("utf-8"),
+        ANSWER: trail.texts.answer.encode("utf-8"),
+        MODELS: json_member(trail.models),
+        PARAMS: json_member(trail.params),
+    }
+
+
+def signed_members(
+    *, checkpoint_note: str, timestamp_token: bytes | None, verifier_key: str
+) -> dict[str, bytes]:
+    """The checkpoint every proof in the bundle leads to, its timestamp and the log's key."""
+    if "\n" in verifier_key.strip():
+        raise ValueError("verifier key must be one line")
+    return {
+        CHECKPOINT: checkpoint_note.encode("utf-8"),
+        TIMESTAMP: bytes(timestamp_token or b""),
+        VERIFIER_KEY: (verifier_key.strip() + "\n").encode("ascii"),
+    }
+
+
 def bundle_bytes(
     *,
     records: Sequence[BundleRecord],
@@ -73,55 +152,71 @@ def bundle_bytes(
     params: dict,
     verification_text: str,
     readme_text: str,
+    report_pdf: bytes | None = None,
 ) -> bytes:
-    """The bundle's zip bytes. Writes what it is given; verifying it is the verifier's job."""
-    records = [tuple(r) for r in records]  # any sequence of 4-sequences (e.g. values_list rows)
-    lines = []
-    for seq, _prev, _hash, payload in records:
-        if "\n" in payload:
-            raise ValueError(f"record seq {seq}: a stored payload cannot contain a newline")
-        lines.append(payload + "\n")
-    if any(len(p) != merkle.HASH_SIZE for p in proof):
-        raise ValueError("inclusion proof elements must be 32-byte hashes")
-    if not isinstance(models, dict) or not isinstance(params, dict):
-        raise TypeError("models and params must be JSON objects (dicts)")
-    if "\n" in verifier_key.strip():
-        raise ValueError("verifier key must be one line")
-    genesis = chain.genesis_hash(trail_id)
-    chain_doc = {
-        "format_version": format_version,
-        "trail_id": trail_id,
-        "genesis_hash": genesis,
-        "records": [
-            {"seq": seq, "prev_hash": prev, "record_hash": rh} for seq, prev, rh, _ in records
-        ],
-        "head_hash": records[-1][2] if records else genesis,
-        "record_count": len(records),
-    }
+    """The bundle's zip bytes. Writes what it is given; verifying it is the verifier's job.
+    With a report, bundle format 3; without, format 2 (as bundles before the report were)."""
+    trail = TrailEvidence(
+        records,
+        trail_id,
+        format_version,
+        ledger_index,
+        ledger_payload,
+        proof,
+        texts,
+        models,
+        params,
+    )
     members = {
-        RECORDS: "".join(lines).encode("utf-8"),
-        CHAIN: json_member(chain_doc),
-        LEDGER_LEAF: json_member({"index": ledger_index, "payload": ledger_payload}),
-        INCLUSION_PROOF: json_member(
-            {
-                "leaf_index": ledger_index,
-                "tree_size": tree_size,
-                "proof": [bytes(p).hex() for p in proof],
-                "leaf_hash": merkle.leaf_hash(ledger_payload.encode("utf-8")).hex(),
-            }
+        **trail_members(trail, tree_size=tree_size),
+        **signed_members(
+            checkpoint_note=checkpoint_note,
+            timestamp_token=timestamp_token,
+            verifier_key=verifier_key,
         ),
-        CHECKPOINT: checkpoint_note.encode("utf-8"),
-        TIMESTAMP: bytes(timestamp_token or b""),
-        VERIFIER_KEY: (verifier_key.strip() + "\n").encode("ascii"),
-        DISCLOSURES: json_member(texts.disclosures),
-        PROMPT: texts.prompt.encode("utf-8"),
-        ANSWER: texts.answer.encode("utf-8"),
-        MODELS: json_member(models),
-        PARAMS: json_member(params),
+        REPORT: report_pdf,
         VERIFICATION: verification_text.encode("utf-8"),
         README: readme_text.encode("utf-8"),
     }
-    ordered = [(name, members[name]) for name in MEMBER_NAMES if name != MANIFEST]
+    version = 2 if report_pdf is None else BUNDLE_FORMAT_VERSION
+    ordered = [(name, members[name]) for name in member_names(version) if name != MANIFEST]
+    return deterministic_zip(ordered + [(MANIFEST, manifest_member(ordered, version))])
+
+
+def matter_bundle_bytes(
+    *,
+    matter: dict,
+    trails: Sequence[TrailEvidence],
+    checkpoint_note: str,
+    timestamp_token: bytes | None,
+    verifier_key: str,
+    report_pdf: bytes,
+    verification_text: str,
+    readme_text: str,
+) -> bytes:
+    """A matter bundle's zip bytes: matter.json (which lists `trails`, in the same order), the
+    signed members, each trail's members under trails/<id>/, the report, the texts, the
+    manifest (bundle_format.matter_member_names gives the order)."""
+    listed = [entry["trail_id"] for entry in matter["trails"]]
+    if listed != [trail.trail_id for trail in trails]:
+        raise ValueError("matter.json must list exactly the trails given, in their order")
+    members = {
+        MATTER: json_member(matter),
+        **signed_members(
+            checkpoint_note=checkpoint_note,
+            timestamp_token=timestamp_token,
+            verifier_key=verifier_key,
+        ),
+        REPORT: report_pdf,
+        VERIFICATION: verification_text.encode("utf-8"),
+        README: readme_text.encode("utf-8"),
+    }
+    size = matter["tree_size"]
+    for trail in trails:
+        for name, data in trail_members(trail, tree_size=size).items():
+            members[trail_member(trail.trail_id, name)] = data
+    names = matter_member_names(listed)
+    ordered = [(name, members[name]) for name in names if name != MANIFEST]
     return deterministic_zip(ordered + [(MANIFEST, manifest_member(ordered))])
 
 

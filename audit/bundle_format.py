@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 from audit import chain
 
-BUNDLE_FORMAT_VERSION = 2
+# 3: a one-trail bundle carries report.pdf; a format-2 bundle (without it) still verifies.
+BUNDLE_FORMAT_VERSION = 3
 RECORDS = "records.jsonl"
 CHAIN = "chain.json"
 LEDGER_LEAF = "ledger-leaf.json"
@@ -32,6 +33,8 @@ PARAMS = "params.json"
 VERIFICATION = "verification.txt"
 README = "README.txt"
 MANIFEST = "manifest.json"
+MATTER = "matter.json"
+REPORT = "report.pdf"
 MEMBER_NAMES = (
     RECORDS,
     CHAIN,
@@ -45,10 +48,49 @@ MEMBER_NAMES = (
     ANSWER,
     MODELS,
     PARAMS,
+    REPORT,
     VERIFICATION,
     README,
     MANIFEST,
 )
+MEMBER_NAMES_V2 = tuple(name for name in MEMBER_NAMES if name != REPORT)
+
+
+def member_names(format_version: int) -> tuple[str, ...]:
+    """A one-trail bundle's members, in order, in bundle format 2 or 3."""
+    return MEMBER_NAMES_V2 if format_version == 2 else MEMBER_NAMES
+
+
+# A matter bundle: many trails of one matter under one checkpoint. Its own members, in order:
+# matter.json, the signed members (checkpoint, timestamp, key), each listed trail's TRAIL_MEMBERS
+# under trails/<trail id>/, in matter.json's order, then report.pdf, verification.txt, README.txt
+# and manifest.json over all of them.
+MATTER_FORMAT_VERSION = 1
+SIGNED_MEMBERS = (CHECKPOINT, TIMESTAMP, VERIFIER_KEY)
+TRAIL_MEMBERS = (
+    RECORDS,
+    CHAIN,
+    LEDGER_LEAF,
+    INCLUSION_PROOF,
+    DISCLOSURES,
+    PROMPT,
+    ANSWER,
+    MODELS,
+    PARAMS,
+)
+
+
+def trail_member(trail_id: str, name: str) -> str:
+    """A trail's member's name inside a matter bundle."""
+    return f"trails/{trail_id}/{name}"
+
+
+def matter_member_names(trail_ids: Sequence[str]) -> list[str]:
+    """A matter bundle's member names, in order, for the trails matter.json lists."""
+    per_trail = [trail_member(t, name) for t in trail_ids for name in TRAIL_MEMBERS]
+    return [MATTER, *SIGNED_MEMBERS, *per_trail, REPORT, VERIFICATION, README, MANIFEST]
+
+
 # The member that carries each disclosed text (the others travel inside disclosures.json).
 TEXT_MEMBERS = {"prompt.rendered": PROMPT, "answer.text": ANSWER}
 
@@ -126,7 +168,9 @@ def json_member(value: object) -> bytes:
     return (text + "\n").encode("utf-8")
 
 
-def manifest_member(members: Sequence[tuple[str, bytes]]) -> bytes:
+def manifest_member(
+    members: Sequence[tuple[str, bytes]], format_version: int = BUNDLE_FORMAT_VERSION
+) -> bytes:
     """manifest.json: canonical JSON of the SHA-256 of every other member."""
     files = {name: hashlib.sha256(data).hexdigest() for name, data in members}
-    return chain.canonical_json({"files": files, "format_version": BUNDLE_FORMAT_VERSION}).encode()
+    return chain.canonical_json({"files": files, "format_version": format_version}).encode()

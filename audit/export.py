@@ -16,6 +16,7 @@ from .bundle_format import TEXT_MEMBERS
 from .keys import signer_of
 from .log import NotYetCovered, inclusion_of
 from .models import DecisionRecord, Trail
+from .report import TrailFacts, trail_report
 from .tiles import LogIncomplete
 from .verification import verify_trails
 
@@ -51,7 +52,7 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
     except (NotYetCovered, LogIncomplete) as exc:
         raise ExportError(str(exc)) from exc
     report = verify_trails([trail.id], scope=f"trail {trail.id}")
-    models, params = _described(records)
+    models, params = described(records)
     verification = "\n".join(report.lines())
     readme = render_to_string(
         "audit/bundle_readme.txt",
@@ -68,6 +69,22 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
             "verification": verification,
         },
     )
+    texts = texts_of(trail, records, withhold)
+    listed = {
+        "trail_id": str(trail.id),
+        "job_id": str(trail.job_id),
+        "attempt": trail.attempt,
+        "outcome": trail.outcome,
+        "abandoned": trail.outcome == Trail.Outcome.ABANDONED,
+        "leaf_index": inclusion.leaf_index,
+    }
+    payloads = [json.loads(record[3]) for record in records]
+    pdf = trail_report(
+        facts=TrailFacts.of(listed, payloads, texts, trail.head_hash),
+        verification=verification,
+        checkpoint_note=inclusion.checkpoint.note,
+        origin=settings.PATHFINDER_LOG_ORIGIN,
+    )
     out = Path(out)
     bundle.write_bundle(
         out,
@@ -80,24 +97,25 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
         tree_size=inclusion.checkpoint.tree_size,
         checkpoint_note=inclusion.checkpoint.note,
         timestamp_token=inclusion.checkpoint.timestamp_token,
-        verifier_key=_signer(inclusion.checkpoint.note),
-        texts=_texts(trail, records, withhold),
+        verifier_key=signer(inclusion.checkpoint.note),
+        texts=texts,
         models=models,
         params=params,
         verification_text=verification + "\n",
         readme_text=readme,
+        report_pdf=pdf,
     )
     return out
 
 
-def _signer(note: str) -> str:
+def signer(note: str) -> str:
     try:
         return signer_of(note)
     except checkpoints.CheckpointError as exc:
         raise ExportError(f"no configured log key verifies the covering checkpoint: {exc}") from exc
 
 
-def _described(records) -> tuple[dict, dict]:
+def described(records) -> tuple[dict, dict]:
     """The models and parameters, as the request record (v2) or the first decision (v1) names
     them."""
     first = json.loads(records[0][3]) if records else {}
@@ -105,7 +123,7 @@ def _described(records) -> tuple[dict, dict]:
     return models, first.get("params", {})
 
 
-def _texts(trail: Trail, records, withhold: Collection[str]) -> bundle.Texts:
+def texts_of(trail: Trail, records, withhold: Collection[str]) -> bundle.Texts:
     """The bound texts the service holds for the trail, each disclosed with its own salt, or
     declared withheld (asked to, or not held: a trail no job row points at any more)."""
     if trail.format_version < 2:

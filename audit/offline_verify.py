@@ -18,8 +18,11 @@ quorum of the witnesses you pinned, and timestamped by the authority you pinned.
 only then.
 Without a pinned key the signature only shows the bundle is internally consistent, since whoever
 made the bundle also chose the key: it exits 3 unless --allow-unpinned says you know.
-models.json, params.json, verification.txt and README.txt are covered by the manifest only; the
-signed records themselves carry the models and parameters.
+models.json, params.json, report.pdf, verification.txt and README.txt are covered by the
+manifest only; the signed records themselves carry the models and parameters.
+
+A matter bundle (matter.json) holds many trails under one checkpoint: each is checked as a
+bundle of its own, and against its listing (its request record must name the matter).
 """
 
 from __future__ import annotations
@@ -47,20 +50,27 @@ from audit.bundle_format import (
     INCLUSION_PROOF,
     LEDGER_LEAF,
     MANIFEST,
+    MATTER,
+    MATTER_FORMAT_VERSION,
     MAX_BUNDLE_BYTES,
     MAX_MEMBER_BYTES,
     MEMBER_NAMES,
+    MEMBER_NAMES_V2,
     MODELS,
     PARAMS,
     PROMPT,
     README,
     RECORDS,
+    REPORT,
     TEXT_MEMBERS,
     TIMESTAMP,
+    TRAIL_MEMBERS,
     VERIFICATION,
     VERIFIER_KEY,
     deterministic_zip,
     json_member,
+    matter_member_names,
+    trail_member,
 )
 
 _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
@@ -231,6 +241,9 @@ def _check_container(data: bytes, members: list[tuple[str, bytes]], check: Check
 
 
 def _check_members(names: list[str], check: Check) -> None:
+    if names == list(MEMBER_NAMES_V2):
+        check.detail = "exactly the expected members of bundle format 2 (no report), in order"
+        return
     expected = list(MEMBER_NAMES)
     if names == expected:
         check.detail = "exactly the expected members, in order"
@@ -263,8 +276,13 @@ def _check_manifest(b: _Bundle, names: list[str], check: Check) -> None:
     if not isinstance(manifest, dict) or set(manifest) != {"format_version", "files"}:
         check.fail("manifest must hold exactly format_version and files")
         return
-    if manifest["format_version"] != BUNDLE_FORMAT_VERSION:
-        check.fail(f"unsupported bundle format_version {manifest['format_version']!r}")
+    # Format 3 carries report.pdf (a one-trail bundle's and every matter bundle's); 2 does not.
+    expected = BUNDLE_FORMAT_VERSION if REPORT in names else 2
+    if manifest["format_version"] != expected:
+        check.fail(
+            f"bundle format_version {manifest['format_version']!r}; these members are format "
+            f"{expected}'s"
+        )
     files = manifest["files"]
     if not isinstance(files, dict):
         check.fail("manifest files is not an object")
@@ -567,12 +585,16 @@ def _check_timestamp(b: _Bundle, check: Check, tsa_pem: bytes) -> None:
 
 
 def _check_descriptive(b: _Bundle, check: Check) -> None:
+    if REPORT in b.members and not b.members[REPORT].startswith(b"%PDF-"):
+        check.fail(f"{REPORT} is not a PDF")
     for name in (MODELS, PARAMS):
         b.json(name, check)
     for name in (VERIFICATION, README):
         b.text(name, check)
     if not check.failures:
-        check.detail = "models.json and params.json are JSON objects; the texts are UTF-8"
+        check.detail = "models.json and params.json are JSON objects; the texts are UTF-8" + (
+            f"; {REPORT} is a PDF" if REPORT in b.members else ""
+        )
 
 
 def _bundle_bytes(source: str | Path | bytes, check: Check) -> bytes | None:
@@ -600,6 +622,7 @@ class Findings:
     checks: list[Check]
     question: str | None = None  # prompt.txt, once it matched its digest
     answer: str | None = None  # answer.txt, once it matched its digest
+    matter: dict | None = None  # a matter bundle's matter.json, once it was readable
 
     @property
     def failures(self) -> int:
@@ -629,13 +652,32 @@ def inspect_bundle(
     b = _Bundle(members=dict(members), key=None)
     b.checks.append(container)
     names = [n for n, _ in members]
-    _check_members(names, b.check("members"))
-    _check_manifest(b, names, b.check("manifest"))
-    _check_records(b, b.check("records and chain"))
-    _check_leaf(b, b.check("ledger leaf"))
-    leaf_check = b.check("leaf hash")
-    _check_proof(b, leaf_check, b.check("inclusion proof"))
-    _check_disclosures(b, b.check("question and answer"))
+    if MATTER in b.members:
+        doc = _check_matter(b, names)
+    else:
+        doc = None
+        _check_members(names, b.check("members"))
+        _check_manifest(b, names, b.check("manifest"))
+        _check_trail(b, "")
+    _check_signed(b, keys, witness_keys, witness_quorum, tsa_pem)
+    if doc is not None:
+        _check_matter_descriptive(b, b.check("descriptive files"))
+        return Findings(b.checks, matter=doc)
+    _check_descriptive(b, b.check("descriptive files"))
+    return Findings(b.checks, b.question, b.answer)
+
+
+def _check_trail(b: _Bundle, label: str) -> None:
+    """One trail's own checks: its chain, its leaf, the leaf's proof, its texts."""
+    _check_records(b, b.check(f"{label}records and chain"))
+    _check_leaf(b, b.check(f"{label}ledger leaf"))
+    leaf_check = b.check(f"{label}leaf hash")
+    _check_proof(b, leaf_check, b.check(f"{label}inclusion proof"))
+    _check_disclosures(b, b.check(f"{label}question and answer"))
+
+
+def _check_signed(b: _Bundle, keys, witness_keys, witness_quorum, tsa_pem) -> None:
+    """The checkpoint: its signature, the pinned key, the witnesses and the timestamp."""
     sig = b.check("checkpoint signature")
     bundled = _bundled_key(b, sig)
     cp = _check_signature(b, sig, bundled)
@@ -656,8 +698,121 @@ def inspect_bundle(
         _check_witnesses(b, b.check("witness cosignatures"), witness_keys, quorum)
     if tsa_pem is not None:
         _check_timestamp(b, b.check("timestamp"), tsa_pem)
-    _check_descriptive(b, b.check("descriptive files"))
-    return Findings(b.checks, b.question, b.answer)
+
+
+_MATTER_KEYS = {"format_version", "matter", "since", "until", "tree_size", "trails", "left_out"}
+_LISTED_KEYS = {"trail_id", "job_id", "attempt", "outcome", "abandoned", "leaf_index"}
+
+
+def _check_matter(b: _Bundle, names: list[str]) -> dict | None:
+    """A matter bundle: matter.json, its members, the manifest, then every listed trail as a
+    bundle of its own under the one checkpoint, each agreeing with its listing."""
+    check = b.check("matter.json")
+    doc = b.json(MATTER, check, _MATTER_KEYS)
+    listed = doc.get("trails") if doc is not None else None
+    if doc is not None and doc["format_version"] != MATTER_FORMAT_VERSION:
+        check.fail(f"unsupported matter format_version {doc['format_version']!r}")
+    if doc is not None and (not isinstance(doc["matter"], str) or not _int(doc["tree_size"])):
+        check.fail("matter must be a string and tree_size a non-negative integer")
+    if (
+        not isinstance(listed, list)
+        or not listed
+        or not all(isinstance(t, dict) and set(t) == _LISTED_KEYS for t in listed)
+    ):
+        check.fail(f"trails must be a non-empty list of objects with keys {sorted(_LISTED_KEYS)}")
+        listed = []
+    ids = [t["trail_id"] for t in listed]
+    if not all(isinstance(t, str) and _UUID.fullmatch(t) for t in ids) or len(set(ids)) != len(ids):
+        check.fail("every trail_id must be a distinct canonical lowercase UUID")
+        listed, ids = [], []
+    indexes = [t["leaf_index"] for t in listed]
+    if not all(_int(i) for i in indexes) or indexes != sorted(set(indexes)):
+        check.fail("trails must be listed in log order (leaf_index strictly increasing)")
+    left_out = doc.get("left_out") if doc is not None else []
+    if not isinstance(left_out, list) or not all(
+        isinstance(t, dict) and set(t) == {"trail_id", "job_id", "reason"} for t in left_out
+    ):
+        check.fail("left_out must be a list of objects with keys job_id, reason, trail_id")
+    for t in listed:
+        if t["abandoned"] is not (t["outcome"] == "abandoned"):
+            check.fail(f"trail {t['trail_id']}: abandoned must be true exactly when outcome is")
+    if not check.failures:
+        check.detail = (
+            f"matter {doc['matter']!r}: {len(listed)} trails under the checkpoint of "
+            f"{doc['tree_size']} trails, {len(doc['left_out'])} left out"
+        )
+    members = b.check("members")
+    if ids and names != matter_member_names(ids):
+        expected = matter_member_names(ids)
+        missing = [n for n in expected if n not in names]
+        extra = [n for n in names if n not in expected]
+        members.fail(
+            f"not the members matter.json implies (missing: {missing[:5]}, unexpected: "
+            f"{extra[:5]}, or out of order)"
+        )
+    elif ids:
+        members.detail = f"exactly the expected members, in order, for {len(ids)} trails"
+    _check_manifest(b, names, b.check("manifest"))
+    for entry in listed:
+        _check_listed_trail(b, doc, entry)
+    return doc
+
+
+def _check_listed_trail(b: _Bundle, doc: dict, entry: dict) -> None:
+    trail_id = entry["trail_id"]
+    own = {
+        name: b.members[trail_member(trail_id, name)]
+        for name in TRAIL_MEMBERS
+        if trail_member(trail_id, name) in b.members
+    }
+    sub = _Bundle(members={**own, CHECKPOINT: b.members.get(CHECKPOINT, b"")}, key=None)
+    label = f"trail {trail_id}: "
+    _check_trail(sub, label)
+    b.checks.extend(sub.checks)
+    check = b.check(f"{label}listing")
+    if sub.trail_id != trail_id:
+        check.fail(f"its chain is of trail {sub.trail_id}, not the one matter.json lists")
+    if sub.leaf_index != entry["leaf_index"]:
+        check.fail(
+            f"its ledger leaf is entry {sub.leaf_index}, matter.json says {entry['leaf_index']}"
+        )
+    if sub.checkpoint is not None and sub.checkpoint.size != doc["tree_size"]:
+        check.fail(
+            f"the checkpoint is of {sub.checkpoint.size} trails; matter.json says "
+            f"{doc['tree_size']}"
+        )
+    try:
+        sealed = _loads(sub.leaf_payload or "{}")
+    except ValueError:
+        sealed = {}
+    if not isinstance(sealed, dict) or (sealed.get("job"), sealed.get("outcome")) != (
+        entry["job_id"],
+        entry["outcome"],
+    ):
+        check.fail("its ledger leaf seals another job or outcome than matter.json lists")
+    request = sub.contents.request if sub.contents is not None else None
+    if request is None:
+        check.fail("it has no request record, so nothing binds it to the matter")
+    elif (request.get("matter"), request.get("attempt")) != (doc["matter"], entry["attempt"]):
+        check.fail(
+            f"its request record is of matter {request.get('matter')!r}, attempt "
+            f"{request.get('attempt')!r}; matter.json lists {doc['matter']!r}, attempt "
+            f"{entry['attempt']!r}"
+        )
+    if not check.failures:
+        check.detail = (
+            f"job {entry['job_id']}, attempt {entry['attempt']}, {entry['outcome']}, of matter "
+            f"{doc['matter']!r}"
+        )
+
+
+def _check_matter_descriptive(b: _Bundle, check: Check) -> None:
+    if not b.members.get(REPORT, b"").startswith(b"%PDF-"):
+        check.fail(f"{REPORT} is not a PDF")
+    for name in (VERIFICATION, README):
+        b.text(name, check)
+    if not check.failures:
+        check.detail = f"{REPORT} is a PDF; the texts are UTF-8"
 
 
 def check_bundle(source: str | Path | bytes, **pins) -> list[Check]:
@@ -675,8 +830,8 @@ UNPINNED_NOTE = (
     "Pin the log's verifier key, obtained out of band, with --key."
 )
 UNSIGNED_FILES_NOTE = (
-    "models.json, params.json, verification.txt and README.txt are protected by the manifest "
-    "only, not by the signature; the signed records carry the models and parameters."
+    "models.json, params.json, report.pdf, verification.txt and README.txt are protected by the "
+    "manifest only, not by the signature; the signed records carry the models and parameters."
 )
 
 
@@ -749,8 +904,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         s = "s" if findings.failures != 1 else ""
         print(f"RESULT: FAILED ({findings.failures} failure{s})")
         return EXIT_FAILED
-    print(_shown("QUESTION (prompt.txt, the rendered prompt)", findings.question))
-    print(_shown("ANSWER (answer.txt, the output text as served)", findings.answer))
+    if findings.matter is not None:
+        trails = findings.matter["trails"]
+        abandoned = sum(1 for t in trails if t["abandoned"])
+        print(
+            f"MATTER {findings.matter['matter']!r}: {len(trails)} trails ({abandoned} abandoned "
+            f"attempts), {len(findings.matter['left_out'])} left out (see matter.json)"
+        )
+    else:
+        print(_shown("QUESTION (prompt.txt, the rendered prompt)", findings.question))
+        print(_shown("ANSWER (answer.txt, the output text as served)", findings.answer))
     if not args.key:
         print(f"WARNING  {UNPINNED_NOTE}")
         if not args.allow_unpinned:

@@ -13,8 +13,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from audit.binding import emitted_from
 from decoding.engine import Tokenizer
-from decoding.engine.records import emitted_from
 
 # OpenAI's stand-in for the log of a probability too small to write (JSON has no -Infinity).
 LOG_ZERO = -9999.0

@@ -1,5 +1,6 @@
 """Reads for the API: every lookup is scoped to the caller's matter."""
 
+import datetime
 import json
 import uuid
 
@@ -10,7 +11,7 @@ from audit import binding
 from audit.models import DecisionRecord, Trail
 from audit.selectors import trail_decisions, trail_record_of_kind
 from decoding.claims import job_served
-from decoding.models import ApiKey, GenerationJob
+from decoding.models import ApiKey, GenerationJob, Matter
 
 
 class AnswerNotRecorded(APIException):
@@ -112,3 +113,21 @@ def job_decisions(job: GenerationJob) -> list[dict]:
 
 def trail_records(job: GenerationJob):
     return DecisionRecord.objects.filter(trail_id=job.trail_id).order_by("seq")
+
+
+def matter_trail_ids(
+    matter: Matter, *, since: datetime.date | None = None, until: datetime.date | None = None
+) -> list[uuid.UUID]:
+    """Every trail (every attempt) of the matter's jobs submitted from `since` to `until`
+    (days in UTC, both inclusive): what a matter export produces."""
+    jobs = GenerationJob.objects.filter(matter=matter)
+    if since is not None:
+        jobs = jobs.filter(created_at__gte=start_of_day(since))
+    if until is not None:
+        jobs = jobs.filter(created_at__lt=start_of_day(until + datetime.timedelta(days=1)))
+    trails = Trail.objects.filter(job_id__in=jobs.values("id")).order_by("id")
+    return list(trails.values_list("id", flat=True))
+
+
+def start_of_day(day: datetime.date) -> datetime.datetime:
+    return datetime.datetime.combine(day, datetime.time.min, tzinfo=datetime.UTC)

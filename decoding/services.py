@@ -11,11 +11,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit.export import ExportError
+from audit.matter_export import MatterExport, MatterSelection, matter_export
 from audit.models import Trail
 from audit.store import trail_seal
 from decoding import admission, events, lifecycle
 from decoding.job_input import job_input
 from decoding.models import ApiKey, GenerationJob, Matter
+from decoding.selectors import matter_trail_ids
 from pathfinder_site import celery_app
 
 logger = logging.getLogger(__name__)
@@ -225,3 +228,16 @@ def job_cancel(*, job: GenerationJob) -> GenerationJob:
         events.publish(job.id)
         logger.info("job cancelled before it ran", extra={"job_id": str(job.id)})
     return job
+
+
+def matter_bundle_export(
+    *, matter: Matter, since: dt.date | None, until: dt.date | None, out
+) -> MatterExport:
+    """The bundle of every trail of the matter's jobs submitted from `since` to `until` (UTC
+    days, inclusive), written to `out` (audit.matter_export; ExportError when nothing can be
+    proven yet)."""
+    if since is not None and until is not None and since > until:
+        raise ExportError("until: must not be before since")
+    selection = MatterSelection(matter=matter.name, since=since, until=until)
+    trail_ids = matter_trail_ids(matter, since=since, until=until)
+    return matter_export(selection=selection, trail_ids=trail_ids, out=out)

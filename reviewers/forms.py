@@ -57,6 +57,25 @@ class JobFilterForm(forms.Form):
         return data
 
 
+class MatterExportForm(forms.Form):
+    """Which matter to produce, and optionally the first and last day (UTC) of its jobs."""
+
+    matter = forms.ModelChoiceField(queryset=None, empty_label=None)
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["matter"].queryset = matter_list_for(user=user)
+
+    def clean(self):
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            self.add_error("until", "until must not be before since")
+        return data
+
+
 class StepForm(forms.Form):
     step = forms.IntegerField(required=False, min_value=0)
 

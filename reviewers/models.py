@@ -95,6 +95,7 @@ class CustodyEvent(models.Model):
         VERIFY = "verify"
         REPLAY = "replay"
         EXPORT = "export"
+        EXPORT_MATTER = "export_matter"  # a whole matter's bundle: no job, the trails in detail
         ANNOTATE = "annotate"
         SIGN_OFF = "sign_off"
 

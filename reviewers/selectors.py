@@ -7,13 +7,13 @@ import datetime
 import uuid
 from dataclasses import dataclass
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.shortcuts import get_object_or_404
 
 from audit.models import Trail
 from audit.selectors import trail_decision, trail_decisions
 from decoding.models import GenerationJob, Matter, Replay
-from decoding.selectors import job_decisions
+from decoding.selectors import job_decisions, start_of_day
 
 from .models import Annotation, CustodyEvent, SignOff, TrailVerification
 from .search import job_search
@@ -83,9 +83,9 @@ def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None 
     if filters.matter is not None:
         jobs = jobs.filter(matter=filters.matter)
     if filters.since is not None:
-        jobs = jobs.filter(created_at__gte=_start_of(filters.since))
+        jobs = jobs.filter(created_at__gte=start_of_day(filters.since))
     if filters.until is not None:
-        jobs = jobs.filter(created_at__lt=_start_of(filters.until + datetime.timedelta(days=1)))
+        jobs = jobs.filter(created_at__lt=start_of_day(filters.until + datetime.timedelta(days=1)))
     if filters.model:
         jobs = jobs.filter(model_spec__name=filters.model)
     if filters.status:
@@ -111,10 +111,6 @@ def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None 
         .order_by("-created_at", "-id")
     )
     return Page(rows=rows, number=page, has_next=len(ids) > page_size)
-
-
-def _start_of(day: datetime.date) -> datetime.datetime:
-    return datetime.datetime.combine(day, datetime.time.min, tzinfo=datetime.UTC)
 
 
 def trail_of(*, job: GenerationJob) -> Trail | None:
@@ -181,7 +177,11 @@ def custody_event_list(
     page_size = page_size or PAGE_SIZE
     events = CustodyEvent.objects.select_related("user")
     if not user.is_staff:
-        events = events.filter(job_id__in=job_queryset_for(user=user).values("id"))
+        # Their matters' jobs' events, and their own matter exports (which name no one job).
+        events = events.filter(
+            Q(job_id__in=job_queryset_for(user=user).values("id"))
+            | Q(job_id__isnull=True, user=user)
+        )
     if before is not None:
         events = events.filter(seq__lt=before)
     rows = list(events.order_by("-seq")[: page_size + 1])

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
+from django.utils.text import slugify
 
 from audit.chain import Failure
 from audit.export import ExportError, trail_export
@@ -19,6 +20,7 @@ from audit.verification import verify_trails
 from decoding.admission import OverCapacity
 from decoding.models import GenerationJob, Matter, Replay
 from decoding.replay import replay_request
+from decoding.services import matter_bundle_export
 
 from .custody_chain import custody_append, custody_view
 from .models import Annotation, CustodyEvent, MatterGrant, SignOff, TrailVerification
@@ -112,16 +114,14 @@ class Bundle:
     sha256: str
 
 
-def bundle_export(*, user, job: GenerationJob) -> Bundle:
-    """The trail's evidence bundle (audit.export), in an anonymous temporary file, and its
-    custody event naming the bundle's SHA-256."""
-    if job.trail_id is None:
-        raise PortalRefusal("this job has no audit trail yet: there is nothing to export")
+def _written(write, filename: str) -> tuple[Bundle, object]:
+    """Run write(path) into an anonymous temporary file; the open file, its name, size and
+    SHA-256, and what write returned."""
     descriptor, path = tempfile.mkstemp(prefix="pathfinder-", suffix=".zip")
     os.close(descriptor)
     try:
         try:
-            trail_export(trail_id=job.trail_id, out=path)
+            result = write(path)
         except ExportError as exc:
             raise PortalRefusal(str(exc)) from exc
         handle = open(path, "rb")  # noqa: SIM115 - the response closes it
@@ -132,14 +132,52 @@ def bundle_export(*, user, job: GenerationJob) -> Bundle:
         digest.update(chunk)
     size = handle.tell()
     handle.seek(0)
-    filename = f"pathfinder-{job.id}.zip"
+    return Bundle(handle=handle, filename=filename, size=size, sha256=digest.hexdigest()), result
+
+
+def bundle_export(*, user, job: GenerationJob) -> Bundle:
+    """The trail's evidence bundle (audit.export), in an anonymous temporary file, and its
+    custody event naming the bundle's SHA-256."""
+    if job.trail_id is None:
+        raise PortalRefusal("this job has no audit trail yet: there is nothing to export")
+    bundle, _ = _written(
+        lambda path: trail_export(trail_id=job.trail_id, out=path), f"pathfinder-{job.id}.zip"
+    )
     custody_append(
         user=user,
         action=CustodyEvent.Action.EXPORT,
         job=job,
-        detail={"filename": filename, "bytes": size, "sha256": digest.hexdigest()},
+        detail={"filename": bundle.filename, "bytes": bundle.size, "sha256": bundle.sha256},
     )
-    return Bundle(handle=handle, filename=filename, size=size, sha256=digest.hexdigest())
+    return bundle
+
+
+def matter_export(*, user, matter: Matter, since, until) -> Bundle:
+    """The matter's bundle (decoding.services.matter_bundle_export) for a reviewer granted the
+    matter, and its custody event naming the selection, every trail and the SHA-256."""
+    if not MatterGrant.objects.filter(user=user, matter=matter).exists():
+        raise PortalRefusal(f"you are not a reviewer of matter {matter.name!r}", status=403)
+    days = "".join(f"-{day}" for day in (since, until) if day)
+    bundle, export = _written(
+        lambda path: matter_bundle_export(matter=matter, since=since, until=until, out=path),
+        f"pathfinder-matter-{slugify(matter.name)}{days}.zip",
+    )
+    custody_append(
+        user=user,
+        action=CustodyEvent.Action.EXPORT_MATTER,
+        detail={
+            "matter": matter.name,
+            "since": since.isoformat() if since else None,
+            "until": until.isoformat() if until else None,
+            "trails": export.trail_ids,
+            "left_out": export.left_out,
+            "tree_size": export.tree_size,
+            "filename": bundle.filename,
+            "bytes": bundle.size,
+            "sha256": bundle.sha256,
+        },
+    )
+    return bundle
 
 
 def annotation_create(*, user, job: GenerationJob, text: str, step: int | None) -> Annotation:

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from decoding.engine.records import BONUS, CORRECTION, DRAFT, emitted_from
+from audit.binding import BONUS, CORRECTION, DRAFT, emitted_from
 
 GREEDY = "greedy-argmax"
 

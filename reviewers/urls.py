@@ -16,5 +16,6 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/annotations", views.job_annotate, name="annotate"),
     path("jobs/<uuid:job_id>/sign-off", views.job_sign_off, name="sign_off"),
     path("replays/<uuid:replay_id>", views.replay_status, name="replay"),
+    path("matters/export", views.matter_export, name="matter_export"),
     path("custody/", views.custody_log, name="custody"),
 ]

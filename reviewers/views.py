@@ -16,7 +16,14 @@ from django.views.decorators.http import require_GET, require_POST
 
 from . import charts, selectors, services
 from .custody_chain import custody_chain_pending, custody_verify
-from .forms import AnnotationForm, CustodyPageForm, JobFilterForm, StepForm, errors_text
+from .forms import (
+    AnnotationForm,
+    CustodyPageForm,
+    JobFilterForm,
+    MatterExportForm,
+    StepForm,
+    errors_text,
+)
 from .steps import step_present
 
 
@@ -49,7 +56,8 @@ def trail_list(request):
     page = selectors.job_list(
         user=request.user, filters=form.filters(), page=form.cleaned_data.get("page") or 1
     )
-    return render(request, "reviewers/trail_list.html", {"form": form, "page": page})
+    context = {"form": form, "page": page, "export_form": MatterExportForm(user=request.user)}
+    return render(request, "reviewers/trail_list.html", context)
 
 
 def _step_context(job, step_number: int, step_count: int, step, annotations=None) -> dict:
@@ -181,14 +189,32 @@ def job_export(request, job_id: uuid.UUID):
     except services.PortalRefusal as exc:
         messages.error(request, str(exc))
         return redirect(_walk_url(job, anchor="evidence"))
+    return _zip_response(bundle)
+
+
+def _zip_response(bundle) -> FileResponse:
     response = FileResponse(
-        bundle.handle,
-        as_attachment=True,
-        filename=bundle.filename,
-        content_type="application/zip",
+        bundle.handle, as_attachment=True, filename=bundle.filename, content_type="application/zip"
     )
     response["X-Content-SHA256"] = bundle.sha256
     return response
+
+
+@login_required
+@require_POST  # it appends a custody event, as a trail's export does
+def matter_export(request):
+    form = MatterExportForm(request.POST, user=request.user)
+    if not form.is_valid():
+        return _bad_request(request, errors_text(form))
+    data = form.cleaned_data
+    try:
+        bundle = services.matter_export(
+            user=request.user, matter=data["matter"], since=data["since"], until=data["until"]
+        )
+    except services.PortalRefusal as exc:
+        messages.error(request, str(exc))
+        return redirect(reverse("reviewers:trails") + "#produce")
+    return _zip_response(bundle)
 
 
 @login_required

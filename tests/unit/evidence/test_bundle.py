@@ -213,6 +213,8 @@ def build(
         params=PARAMS,
         verification_text="Verified by Pathfinder: 4 records, 0 failures.\n",
         readme_text="Evidence bundle for one generation.\n\nCertified by: ________\n",
+        # Bundle format 3's report; what audit.report writes is checked in tests/integration.
+        report_pdf=b"%PDF-1.4\n% a stand-in report for the layout tests\n",
     )
     fields.update(over)
     return bundle.bundle_bytes(**fields)
@@ -288,6 +290,7 @@ def _fields_of(key):
         params=json.loads(members["params.json"]),
         verification_text=members["verification.txt"].decode(),
         readme_text=members["README.txt"].decode(),
+        report_pdf=members["report.pdf"],
     )
 
 
@@ -642,3 +645,18 @@ def test_the_evidence_modules_import_only_what_they_may(module, allowed):
             assert top in allowed, f"{module} imports {name}"
             if top == "audit":
                 assert name in audit_ok, f"{module} imports {name}"
+
+
+def test_a_report_that_is_not_a_pdf_is_named(key):
+    assert "descriptive files" in failed_checks(build(key, report_pdf=b"<html>a report</html>"))
+
+
+def test_a_format_2_bundle_without_a_report_still_verifies(key):
+    data = build(key, report_pdf=None)
+    assert "report.pdf" not in dict(_members(data)) and verify_bundle(data) == []
+    # ...but a format-3 manifest over format-2 members does not.
+    members = _members(data)[:-1]
+    relabelled = bundle_format.deterministic_zip(
+        [*members, ("manifest.json", bundle_format.manifest_member(members, 3))]
+    )
+    assert "manifest" in failed_checks(relabelled)

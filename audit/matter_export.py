@@ -1,0 +1,162 @@
+"""Producing a matter: every sealed trail of a selection (a matter's jobs, a date range of them)
+in one bundle, with one manifest, one signed and cosigned checkpoint, and an inclusion proof per
+trail against that checkpoint. `python -m audit.offline_verify` checks it whole.
+
+The selection itself (which trails a matter's jobs have) is the serving side's to make
+(decoding.selectors.matter_trail_ids): the audit store knows trails, not matters. What it
+cannot prove is left out and named in matter.json: a trail still open, or sealed after the
+newest checkpoint. Nothing in the bundle depends on when it was made, so exporting the same
+selection under the same checkpoint rebuilds it byte for byte.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.template.loader import render_to_string
+
+from . import bundle, tiles
+from .bundle_format import MATTER_FORMAT_VERSION
+from .export import ExportError, described, signer, texts_of
+from .log import latest_checkpoint, log_size
+from .models import DecisionRecord, LedgerEntry, Trail
+from .report import TrailFacts, matter_report
+from .verification import verify_trails
+
+
+@dataclass(frozen=True)
+class MatterSelection:
+    """What was asked for: a matter and, optionally, the first and last day (UTC, inclusive)
+    on which its jobs were submitted."""
+
+    matter: str
+    since: datetime.date | None = None
+    until: datetime.date | None = None
+
+    def described(self) -> str:
+        days = (
+            f" from {self.since or 'the first job'} to {self.until or 'the last'} (UTC, inclusive)"
+            if self.since or self.until
+            else ""
+        )
+        return f"every trail of matter {self.matter!r}{days}"
+
+
+@dataclass(frozen=True)
+class MatterExport:
+    path: Path
+    sha256: str
+    trail_ids: list[str]  # in the bundle, in log order
+    left_out: int
+    tree_size: int
+
+
+def matter_export(
+    *, selection: MatterSelection, trail_ids: Sequence[uuid.UUID], out: Path | str
+) -> MatterExport:
+    """Write the bundle of the trails `trail_ids` (the selection's, every attempt) to `out`."""
+    checkpoint = latest_checkpoint(log_size())
+    if checkpoint is None:
+        raise ExportError("no signed checkpoint yet: beat signs one within a minute of a seal")
+    size = checkpoint.tree_size
+    trails = {t.id: t for t in Trail.objects.filter(id__in=list(trail_ids))}
+    leaves = {e.trail_id: e for e in LedgerEntry.objects.filter(trail_id__in=list(trails))}
+    included, left_out = [], []
+    for trail in sorted(trails.values(), key=lambda t: (str(t.job_id), t.attempt)):
+        entry = leaves.get(trail.id)
+        if trail.status != Trail.Status.SEALED or entry is None:
+            left_out.append(_left_out(trail, "still open: its job has not ended"))
+        elif entry.seq >= size:
+            left_out.append(_left_out(trail, f"sealed after the checkpoint of {size} trails"))
+        else:
+            included.append((entry.seq, trail, entry))
+    if not included:
+        raise ExportError(
+            f"{selection.described()}: no sealed trail that a signed checkpoint covers "
+            f"({len(left_out)} left out)"
+        )
+    included.sort(key=lambda item: item[0])  # log order
+    tree = tiles.Tiles(size)
+    evidence, facts, listed = [], [], []
+    for seq, trail, entry in included:
+        records = list(
+            DecisionRecord.objects.filter(trail=trail)
+            .order_by("seq")
+            .values_list("seq", "prev_hash", "record_hash", "payload")
+        )
+        models, params = described(records)
+        texts = texts_of(trail, records, ())
+        evidence.append(
+            bundle.TrailEvidence(
+                records, str(trail.id), trail.format_version, seq, entry.payload,
+                tree.inclusion_proof(seq), texts, models, params,
+            )
+        )  # fmt: skip
+        listed.append(
+            {
+                "trail_id": str(trail.id),
+                "job_id": str(trail.job_id),
+                "attempt": trail.attempt,
+                "outcome": trail.outcome,
+                "abandoned": trail.outcome == Trail.Outcome.ABANDONED,
+                "leaf_index": seq,
+            }
+        )
+        payloads = [json.loads(record[3]) for record in records]
+        facts.append(TrailFacts.of(listed[-1], payloads, texts, records[-1][2]))
+    report = verify_trails([trail.id for _, trail, _ in included], scope=selection.described())
+    verification = "\n".join(report.lines()) + "\n"
+    matter_doc = {
+        "format_version": MATTER_FORMAT_VERSION,
+        "matter": selection.matter,
+        "since": selection.since.isoformat() if selection.since else None,
+        "until": selection.until.isoformat() if selection.until else None,
+        "tree_size": size,
+        "trails": listed,
+        "left_out": left_out,
+    }
+    origin = settings.PATHFINDER_LOG_ORIGIN
+    described_selection = selection.described()
+    data = bundle.matter_bundle_bytes(
+        matter=matter_doc,
+        trails=evidence,
+        checkpoint_note=checkpoint.note,
+        timestamp_token=checkpoint.timestamp_token,
+        verifier_key=signer(checkpoint.note),
+        report_pdf=matter_report(
+            matter=matter_doc,
+            selection=described_selection,
+            trails=facts,
+            verification=verification,
+            checkpoint_note=checkpoint.note,
+            origin=origin,
+        ),
+        verification_text=verification,
+        readme_text=render_to_string(
+            "audit/matter_readme.txt",
+            {
+                "matter": matter_doc,
+                "selection": described_selection,
+                "origin": origin,
+                "verification": verification,
+            },
+        ),
+    )
+    path = Path(out)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+    trail_ids = [entry["trail_id"] for entry in listed]
+    return MatterExport(path, hashlib.sha256(data).hexdigest(), trail_ids, len(left_out), size)
+
+
+def _left_out(trail: Trail, reason: str) -> dict:
+    return {"trail_id": str(trail.id), "job_id": str(trail.job_id), "reason": reason}

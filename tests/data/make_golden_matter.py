@@ -1,0 +1,170 @@
+"""Regenerate tests/data/sample-matter.zip, the golden matter bundle: two trails of matter
+"Golden v. Vectors" under one cosigned checkpoint (the golden v2 trail, and an abandoned
+attempt of another job). Run only when the matter format changes on purpose:
+tests/unit/test_golden_matter.py fails until the committed file matches.
+
+Everything is fixed, as in make_golden_vectors_v2 (whose trail, keys and seeds it reuses); the
+report is ReportLab's in invariant mode, at the version pyproject.toml pins.
+"""
+
+import hashlib
+import json
+from pathlib import Path
+
+from audit import binding, bundle, chain, checkpoints, merkle
+from audit.report import TrailFacts, matter_report
+from tests.data import make_golden_vectors_v2 as v2
+
+HERE = Path(__file__).parent
+MATTER_NAME = "Golden v. Vectors"
+ABANDONED_TRAIL = "9e8d7c6b-5a49-4838-a726-15f4e3d2c1b0"
+ABANDONED_JOB = "4b3a2918-0706-4f5e-8d4c-3b2a19080706"
+ABANDONED_SALT = "6b" * 32
+ABANDONED_INDEX = 3  # the golden trail is leaf 2 of the same tree of 5
+SELECTION = f"every trail of matter {MATTER_NAME!r}"
+VERIFICATION = "Verified every trail of matter 'Golden v. Vectors': INTACT (golden sample).\n"
+
+
+def _abandoned_records() -> list[tuple[int, str, str, str]]:
+    """A job whose worker died after one step: its request and one decision, no answer."""
+    question = binding.Question(
+        given_kind="prompt",
+        given="Summarise clause 9.",
+        rendered="Summarise clause 9.",
+        token_ids=(1, 21, 22),
+        params=v2.QUESTION.params,
+    )
+    payloads = [
+        binding.request_payload(
+            trail_salt=ABANDONED_SALT,
+            job_id=ABANDONED_JOB,
+            matter=MATTER_NAME,
+            request_id=None,
+            attempt=1,
+            previous_trail=None,
+            model_spec="golden",
+            models={"draft": v2.MODEL, "target": v2.MODEL},
+            question=question,
+        ),
+        {**v2._decision(0, [50, 51], None), "request_id": ABANDONED_JOB},
+    ]
+    records, prev = [], chain.genesis_hash(ABANDONED_TRAIL)
+    for seq, payload in enumerate(payloads):
+        text = chain.canonical_json(payload)
+        digest = chain.record_hash(ABANDONED_TRAIL, seq, prev, text)
+        records.append((seq, prev, digest, text))
+        prev = digest
+    return records, question
+
+
+def build() -> bytes:
+    golden = v2._records()
+    abandoned, question = _abandoned_records()
+    leaves = v2._leaves(golden)
+    leaves[ABANDONED_INDEX] = chain.ledger_payload(
+        format_version=2,
+        trail_id=ABANDONED_TRAIL,
+        job_id=ABANDONED_JOB,
+        record_count=len(abandoned),
+        head_hash=abandoned[-1][2],
+        outcome="abandoned",
+    )
+    data = [leaf.encode() for leaf in leaves]
+    log_private, log_verifier = checkpoints.generate_signing_key(v2.ORIGIN, seed=v2.LOG_SEED)
+    witness_private, _ = checkpoints.generate_signing_key(
+        v2.WITNESS_NAME, seed=v2.WITNESS_SEED, alg=checkpoints.ALG_COSIGNATURE
+    )
+    signed = checkpoints.sign_checkpoint(v2.ORIGIN, v2.TREE_SIZE, merkle.root(data), log_private)
+    note = checkpoints.with_signature_lines(
+        signed, [checkpoints.cosign(signed, witness_private, v2.COSIGNED_AT)]
+    )
+
+    def disclosed(salt: str, texts: dict) -> dict:
+        out = {}
+        for name, text in texts.items():
+            out[name] = {"salt": binding.field_salt(salt, name)}
+            if name not in (binding.RENDERED, binding.ANSWER_TEXT):
+                out[name]["value"] = json.loads(text)
+        return out
+
+    golden_texts = bundle.Texts(
+        disclosed(v2.SALT, {**v2.QUESTION.texts(), binding.ANSWER_TEXT: v2.ANSWER.text}),
+        v2.QUESTION.rendered,
+        v2.ANSWER.text,
+    )
+    abandoned_texts = bundle.Texts(
+        disclosed(ABANDONED_SALT, question.texts()), question.rendered, ""
+    )
+    models = {"draft": v2.MODEL, "target": v2.MODEL}
+    trails = [
+        bundle.TrailEvidence(
+            golden, v2.TRAIL_ID, 2, v2.LEAF_INDEX, leaves[v2.LEAF_INDEX],
+            merkle.inclusion_proof(v2.LEAF_INDEX, data), golden_texts, models, v2.QUESTION.params,
+        ),
+        bundle.TrailEvidence(
+            abandoned, ABANDONED_TRAIL, 2, ABANDONED_INDEX, leaves[ABANDONED_INDEX],
+            merkle.inclusion_proof(ABANDONED_INDEX, data), abandoned_texts, models,
+            question.params,
+        ),
+    ]  # fmt: skip
+    listed = [
+        {
+            "trail_id": v2.TRAIL_ID,
+            "job_id": v2.JOB_ID,
+            "attempt": 1,
+            "outcome": "succeeded",
+            "abandoned": False,
+            "leaf_index": v2.LEAF_INDEX,
+        },
+        {
+            "trail_id": ABANDONED_TRAIL,
+            "job_id": ABANDONED_JOB,
+            "attempt": 1,
+            "outcome": "abandoned",
+            "abandoned": True,
+            "leaf_index": ABANDONED_INDEX,
+        },
+    ]
+    matter = {
+        "format_version": 1,
+        "matter": MATTER_NAME,
+        "since": None,
+        "until": None,
+        "tree_size": v2.TREE_SIZE,
+        "trails": listed,
+        "left_out": [],
+    }
+    facts = [
+        TrailFacts.of(entry, [json.loads(r[3]) for r in trail.records], trail.texts, head)
+        for entry, trail, head in zip(
+            listed, trails, (golden[-1][2], abandoned[-1][2]), strict=True
+        )
+    ]
+    return bundle.matter_bundle_bytes(
+        matter=matter,
+        trails=trails,
+        checkpoint_note=note,
+        timestamp_token=None,
+        verifier_key=log_verifier,
+        report_pdf=matter_report(
+            matter=matter,
+            selection=SELECTION,
+            trails=facts,
+            verification=VERIFICATION,
+            checkpoint_note=note,
+            origin=v2.ORIGIN,
+        ),
+        verification_text=VERIFICATION,
+        readme_text="PATHFINDER MATTER BUNDLE (golden sample)\n",
+    )
+
+
+def write() -> None:
+    zip_bytes = build()
+    (HERE / "sample-matter.zip").write_bytes(zip_bytes)
+    digest = hashlib.sha256(zip_bytes).hexdigest()
+    print(f"wrote the sample matter bundle ({len(zip_bytes)} bytes, SHA-256 {digest}) to {HERE}")
+
+
+if __name__ == "__main__":
+    write()

@@ -1,0 +1,290 @@
+"""Producing a matter: `manage.py export_matter` and the portal's action write one bundle with
+every sealed trail of the matter's jobs (every attempt, abandoned ones marked) under one
+checkpoint, which audit.offline_verify checks whole, and which no edit survives."""
+
+import datetime
+import io
+import json
+import subprocess
+import zipfile
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from audit.bundle_format import (
+    ANSWER,
+    CHECKPOINT,
+    INCLUSION_PROOF,
+    MANIFEST,
+    MATTER,
+    REPORT,
+    deterministic_zip,
+    json_member,
+    manifest_member,
+    matter_member_names,
+    trail_member,
+)
+from audit.keys import signing_key
+from audit.offline_verify import main as offline_main
+from audit.offline_verify import verify_bundle
+from decoding.execution import job_run
+from decoding.models import GenerationJob
+from decoding.services import job_submit
+from reviewers.models import CustodyEvent
+
+from .conftest import JOB_DEFAULTS
+from .test_job_recovery import died_mid_decode
+from .test_portal import grant, logged_in
+
+MATTER_NAME = "Doe v. Roe"
+
+
+def chat(api, content: str) -> GenerationJob:
+    response = api.post(
+        "/api/v1/generations",
+        {
+            "model": "smollm2-135m-instruct",
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": 24,
+            "temperature": 0,
+        },
+        format="json",
+    )
+    assert response.status_code == 202, response.json()
+    job_run(job_id=response.json()["id"])
+    return GenerationJob.objects.get(pk=response.json()["id"])
+
+
+@pytest.fixture
+def produced(owner, outsider, run_job, beat):
+    """A matter with a real answer, a job whose first attempt was abandoned, a job of last
+    January; another matter's job; then, after the checkpoint, a job sealed too late and a job
+    still running."""
+    answered = chat(owner.api, "What is the capital of France?")
+    retried = queued(owner)
+    died_mid_decode(retried)  # attempt 1's worker dies mid-decode
+    job_run(job_id=retried.id)  # attempt 2 abandons it and answers
+    retried.refresh_from_db()
+    january = run_job(max_tokens=8)
+    GenerationJob.objects.filter(pk=january.pk).update(
+        created_at=datetime.datetime(2026, 1, 15, 12, tzinfo=datetime.UTC)
+    )
+    other = chat(outsider.api, "What is the capital of France?")
+    beat()
+    late = run_job(max_tokens=8)
+    open_trail = died_mid_decode(queued(owner), lease_left_s=600)
+    return locals()
+
+
+def queued(owner) -> GenerationJob:
+    job, _ = job_submit(
+        matter=owner.key.matter,
+        api_key=owner.key,
+        model="stub",
+        prompt_token_ids=[1, 2, 3],
+        enqueue=False,
+        **JOB_DEFAULTS,
+    )
+    return job
+
+
+def export(tmp_path, *args) -> tuple[bytes, dict]:
+    out = tmp_path / "matter.zip"
+    call_command("export_matter", "--matter", MATTER_NAME, "--out", str(out), *args)
+    data = out.read_bytes()
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return data, json.loads(archive.read(MATTER))
+
+
+def key() -> list[str]:
+    return [signing_key().verifier]
+
+
+def test_the_bundle_holds_every_sealed_trail_of_the_matter_and_verifies(produced, tmp_path):
+    data, doc = export(tmp_path)
+    assert verify_bundle(data, keys=key()) == []
+    listed = {t["trail_id"]: t for t in doc["trails"]}
+    answered, retried = produced["answered"], produced["retried"]
+    assert str(answered.trail_id) in listed and str(retried.trail_id) in listed
+    attempts = [t for t in doc["trails"] if t["job_id"] == str(retried.id)]
+    assert sorted((t["attempt"], t["outcome"], t["abandoned"]) for t in attempts) == [
+        (1, "abandoned", True),
+        (2, "succeeded", False),
+    ]
+    assert str(produced["other"].trail_id) not in listed  # another matter's
+    left = {t["trail_id"]: t["reason"] for t in doc["left_out"]}
+    assert "sealed after the checkpoint" in left[str(produced["late"].trail_id)]
+    assert "still open" in left[str(produced["open_trail"].id)]
+    assert doc["matter"] == MATTER_NAME and doc["since"] is None
+    indexes = [t["leaf_index"] for t in doc["trails"]]
+    assert indexes == sorted(indexes) and max(indexes) < doc["tree_size"]
+
+
+def test_the_examiners_command_line_verifies_the_matter(produced, tmp_path, capsys):
+    export(tmp_path)
+    code = offline_main([str(tmp_path / "matter.zip"), "--key", key()[0]])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert f"MATTER {MATTER_NAME!r}" in printed and "RESULT: VERIFIED" in printed
+
+
+def test_dates_are_inclusive_days_in_utc(produced, tmp_path):
+    _, doc = export(tmp_path, "--since", "2026-01-15", "--until", "2026-01-15")
+    assert {t["job_id"] for t in doc["trails"]} == {str(produced["january"].id)}
+    _, doc = export(tmp_path, "--since", "2026-01-16")
+    assert str(produced["january"].id) not in {t["job_id"] for t in doc["trails"]}
+    with pytest.raises(CommandError, match="no sealed trail"):
+        export(tmp_path, "--until", "2026-01-14")
+    with pytest.raises(CommandError, match="is not a date"):
+        export(tmp_path, "--since", "last week")
+    with pytest.raises(CommandError, match="until: must not be before since"):
+        export(tmp_path, "--since", "2026-02-01", "--until", "2026-01-01")
+
+
+def test_an_unknown_matter_is_named(db, tmp_path):
+    with pytest.raises(CommandError, match="matter: no matter named 'Nobody v. Nothing'"):
+        call_command("export_matter", "--matter", "Nobody v. Nothing", "--out", str(tmp_path / "x"))
+
+
+def test_the_same_selection_rebuilds_byte_for_byte(produced, tmp_path):
+    first, _ = export(tmp_path)
+    second, _ = export(tmp_path)
+    assert first == second
+
+
+def repacked(data: bytes, change) -> bytes:
+    """The bundle with `change(members)` applied and its manifest recomputed: an edit made by
+    someone who knows the format, so only the deeper checks can catch it."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = {info.filename: archive.read(info) for info in archive.infolist()}
+    change(members)
+    members.pop(MANIFEST)
+    ids = [t["trail_id"] for t in json.loads(members[MATTER])["trails"]]
+    names = [n for n in matter_member_names(ids) if n in members]
+    ordered = [(n, members[n]) for n in names + [n for n in members if n not in names]]
+    return deterministic_zip(ordered + [(MANIFEST, manifest_member(ordered))])
+
+
+def test_no_competent_edit_survives(produced, tmp_path):
+    data, doc = export(tmp_path)
+    answered = str(produced["answered"].trail_id)
+    abandoned = next(t for t in doc["trails"] if t["abandoned"])
+
+    def edit_answer(m):
+        m[trail_member(answered, ANSWER)] = b"The capital of France is Lyon."
+
+    def unmark_abandoned(m):
+        listed = json.loads(m[MATTER])
+        for t in listed["trails"]:
+            if t["trail_id"] == abandoned["trail_id"]:
+                t["outcome"], t["abandoned"] = "succeeded", False
+        m[MATTER] = json_member(listed)
+
+    def rename_matter(m):
+        listed = json.loads(m[MATTER])
+        listed["matter"] = "Other v. Matter"
+        m[MATTER] = json_member(listed)
+
+    def another_proof(m):
+        name = trail_member(answered, INCLUSION_PROOF)
+        proof = json.loads(m[name])
+        proof["proof"] = proof["proof"][::-1] or ["00" * 32]
+        m[name] = json_member(proof)
+
+    def other_checkpoint(m):
+        m[CHECKPOINT] = m[CHECKPOINT].replace(b"\n", b"\n\n", 1)
+
+    cases = {
+        edit_answer: "answer.text is not the text",
+        unmark_abandoned: "another job or outcome",
+        rename_matter: "its request record is of matter",
+        another_proof: "does not lead to the checkpoint",
+        other_checkpoint: "checkpoint",
+    }
+    for change, says in cases.items():
+        failures = verify_bundle(repacked(data, change), keys=key())
+        assert any(says in failure for failure in failures), (change.__name__, failures)
+
+
+def test_a_trail_smuggled_in_from_another_matter_is_named(produced, tmp_path):
+    """Another matter's trail, added with its own records and listing (as a bundle of that
+    matter would carry it), is refused: its request record names its own matter."""
+    data, doc = export(tmp_path)
+    other_out = tmp_path / "other.zip"
+    call_command("export_matter", "--matter", "Other v. Matter", "--out", str(other_out))
+    with zipfile.ZipFile(other_out) as archive:
+        theirs = {i.filename: archive.read(i) for i in archive.infolist()}
+    their_doc = json.loads(theirs[MATTER])
+    smuggled = their_doc["trails"][0]
+
+    def smuggle(m):
+        listed = json.loads(m[MATTER])
+        listed["trails"] = sorted([*listed["trails"], smuggled], key=lambda t: t["leaf_index"])
+        m[MATTER] = json_member(listed)
+        prefix = f"trails/{smuggled['trail_id']}/"
+        m.update({name: body for name, body in theirs.items() if name.startswith(prefix)})
+
+    failures = verify_bundle(repacked(data, smuggle), keys=key())
+    assert any("request record is of matter 'Other v. Matter'" in f for f in failures), failures
+
+
+def test_the_report_names_the_answer_the_models_and_the_hashes(produced, tmp_path):
+    data, doc = export(tmp_path)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        pdf = archive.read(REPORT)
+        records = archive.read(trail_member(str(produced["answered"].trail_id), "records.jsonl"))
+    assert pdf.startswith(b"%PDF-")
+    text = subprocess.run(
+        ["pdftotext", "-layout", "-", "-"], input=pdf, capture_output=True, check=True
+    ).stdout.decode()
+    flat = " ".join(text.split())
+    answer = produced["answered"].output_text
+    assert " ".join(answer.split()) in flat
+    request = json.loads(records.splitlines()[0])
+    assert request["models"]["target"]["sha256"] in text
+    assert produced["answered"].trail_id and str(produced["answered"].trail_id) in text
+    assert "902(13)" in text and "902(14)" in text and "ABANDONED" in text
+    assert MATTER_NAME in text
+
+
+def test_a_reviewer_produces_their_matter_in_the_portal_and_it_is_in_custody(produced):
+    reviewer = logged_in(grant("rita", MATTER_NAME))
+    matter = produced["answered"].matter
+    response = reviewer.post("/portal/matters/export", {"matter": matter.id})
+    assert response.status_code == 200, response.content[:500]
+    data = b"".join(response.streaming_content)
+    assert verify_bundle(data, keys=key()) == []
+    event = CustodyEvent.objects.get(action="export_matter")
+    detail = json.loads(event.detail)
+    assert detail["matter"] == MATTER_NAME and detail["sha256"] == response["X-Content-SHA256"]
+    assert str(produced["answered"].trail_id) in detail["trails"]
+    assert reviewer.get("/portal/matters/export").status_code == 405
+
+
+def test_a_reviewer_cannot_produce_a_matter_not_granted_to_them(produced):
+    stranger = logged_in(grant("otto", "Other v. Matter"))
+    matter = produced["answered"].matter
+    response = stranger.post("/portal/matters/export", {"matter": matter.id})
+    assert response.status_code == 400 and b"matter" in response.content
+    assert not CustodyEvent.objects.filter(action="export_matter").exists()
+
+
+def test_nothing_to_prove_yet_is_said_not_exported(owner, run_job, tmp_path, signing_host):
+    run_job(max_tokens=4)
+    with pytest.raises(CommandError, match="no signed checkpoint|no sealed trail"):
+        call_command("export_matter", "--matter", MATTER_NAME, "--out", str(tmp_path / "x.zip"))
+    assert not (tmp_path / "x.zip").exists()
+
+
+def test_a_trail_bundle_carries_its_report_too(produced, tmp_path):
+    job = produced["answered"]
+    out = tmp_path / "trail.zip"
+    call_command("export_trail", "--job", str(job.id), "--out", str(out))
+    assert verify_bundle(out, keys=key()) == []
+    with zipfile.ZipFile(out) as archive:
+        pdf = archive.read(REPORT)
+    text = subprocess.run(
+        ["pdftotext", "-layout", "-", "-"], input=pdf, capture_output=True, check=True
+    ).stdout.decode()
+    assert " ".join(job.output_text.split()) in " ".join(text.split())
+    assert str(job.trail_id) in text and "902(14)" in text
