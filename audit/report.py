@@ -89,6 +89,13 @@ class TrailFacts:
             for emitted in binding.emitted_from(decision):
                 tokens[emitted.source] += 1
         disclosed = texts.disclosures
+        question = texts.prompt if "salt" in disclosed.get(binding.RENDERED, {}) else None
+        if question == "" and "value" in disclosed.get(binding.TOKEN_IDS, {}):
+            question = "token ids: " + " ".join(map(str, disclosed[binding.TOKEN_IDS]["value"]))
+        answer = texts.answer if "salt" in disclosed.get(binding.ANSWER_TEXT, {}) else None
+        answered = next((p for p in payloads if binding.kind_of(p) == binding.ANSWER), None)
+        if answer == "" and answered is not None:  # a model without a tokenizer: ids only
+            answer = "token ids: " + " ".join(map(str, answered.get("output_token_ids") or []))
         return cls(
             trail_id=listed["trail_id"],
             job_id=listed["job_id"],
@@ -100,8 +107,8 @@ class TrailFacts:
             head_hash=head_hash,
             models=models,
             params=(request or first).get("params") or {},
-            question=texts.prompt if "salt" in disclosed.get(binding.RENDERED, {}) else None,
-            answer=texts.answer if "salt" in disclosed.get(binding.ANSWER_TEXT, {}) else None,
+            question=question,
+            answer=answer,
             steps=len(decisions),
             drafted=sum(len(d.get("drafted") or []) for d in decisions),
             accepted=sum(d.get("accepted_count", 0) for d in decisions),

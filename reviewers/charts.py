@@ -29,7 +29,7 @@ class Chart:
     bars: list[Bar]  # the value drawn
     backdrop: list[Bar]  # what it is out of (drafted tokens per step), drawn lighter
     rows: list[tuple]  # the table: one tuple per bar
-    y_max: float
+    y_max: float  # the largest value drawn (the scale's top is at least 1)
     width: int = WIDTH
     height: int = HEIGHT
 
@@ -40,7 +40,7 @@ def _decisions(payloads: list[dict]) -> list[dict]:
 
 def _bar(index: int, count: int, value: float, y_max: float, title: str) -> Bar:
     slot = WIDTH / max(count, 1)
-    height = HEIGHT * (value / y_max if y_max else 0.0)
+    height = HEIGHT * value / max(y_max, 1)
     return Bar(
         x=round(index * slot + slot * 0.1, 2),
         width=round(slot * 0.8, 2),
@@ -57,7 +57,7 @@ def accepted_per_step(payloads: list[dict]) -> Chart | None:
         return None
     drafted = [len(step.get("drafted") or []) for step in steps]
     accepted = [step.get("accepted_count", 0) for step in steps]
-    y_max = max(max(drafted), 1)
+    y_max = max(drafted)
     n = len(steps)
     rows = [(step.get("step", i), accepted[i], drafted[i]) for i, step in enumerate(steps)]
     return Chart(

@@ -17,5 +17,6 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/sign-off", views.job_sign_off, name="sign_off"),
     path("replays/<uuid:replay_id>", views.replay_status, name="replay"),
     path("matters/export", views.matter_export, name="matter_export"),
+    path("verify", views.bundle_verify, name="verify_bundle"),
     path("custody/", views.custody_log, name="custody"),
 ]

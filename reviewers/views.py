@@ -56,7 +56,8 @@ def trail_list(request):
     page = selectors.job_list(
         user=request.user, filters=form.filters(), page=form.cleaned_data.get("page") or 1
     )
-    context = {"form": form, "page": page, "export_form": MatterExportForm(user=request.user)}
+    export_form = MatterExportForm(user=request.user, prefix="export")
+    context = {"form": form, "page": page, "export_form": export_form}
     return render(request, "reviewers/trail_list.html", context)
 
 
@@ -203,7 +204,7 @@ def _zip_response(bundle) -> FileResponse:
 @login_required
 @require_POST  # it appends a custody event, as a trail's export does
 def matter_export(request):
-    form = MatterExportForm(request.POST, user=request.user)
+    form = MatterExportForm(request.POST, user=request.user, prefix="export")
     if not form.is_valid():
         return _bad_request(request, errors_text(form))
     data = form.cleaned_data
@@ -247,6 +248,14 @@ def job_sign_off(request, job_id: uuid.UUID):
         context = {"job": job, "sign_offs": selectors.sign_off_list(job=job)}
         return render(request, "reviewers/_sign_offs.html", context)
     return redirect(_walk_url(job, anchor="sign-offs"))
+
+
+@login_required
+@require_GET
+def bundle_verify(request):
+    """The in-browser verifier (static/reviewers/verify.js): the page only hosts it; every
+    check runs on the reviewer's machine against the keys they pinned."""
+    return render(request, "reviewers/verify.html")
 
 
 @login_required

@@ -56,6 +56,15 @@ SCREENSHOT_DIR = os.environ.get("PATHFINDER_SCREENSHOT_DIR")
 MATTER = "Doe v. Roe"
 OTHER_MATTER = "Other v. Matter"
 JOB_TIMEOUT_S = 60
+ANSWERED_SEED = 5
+# The default model drafting the request's full draft_length every step (the adaptive schedule
+# drafts little on a worker that has measured nothing yet), so the walk shows drafted tokens.
+FIXED_MODEL = "smollm2-fixed"
+# Answered by copying from the prompt, so its tokens are drafted, corrected and bonus ones.
+ANSWERED_QUESTION = (
+    "Quote the first sentence of this text: The hearing was adjourned at noon. "
+    "Counsel returned at two."
+)
 
 
 def _submit(stack: Stack, key: str, seed: int) -> dict:
@@ -66,6 +75,14 @@ def _submit(stack: Stack, key: str, seed: int) -> dict:
         "seed": seed,
         "request_id": f"req-{seed}",
     }
+    if seed == ANSWERED_SEED:  # a question in words, answered by the real default model
+        body = {
+            "model": FIXED_MODEL,
+            "messages": [{"role": "user", "content": ANSWERED_QUESTION}],
+            "max_tokens": 24,
+            "temperature": 0,
+            "request_id": f"req-{seed}",
+        }
     response = requests.post(
         stack.url("/api/v1/generations"), json=body, headers=auth(key), timeout=30
     )
@@ -138,6 +155,13 @@ def portal(tmp_path_factory) -> Iterator[Portal]:
             ("migrate", "--noinput"),
             ("collectstatic", "--noinput", "--verbosity", "0"),
             ("bootstrap_local",),  # the signing key: this stack signs its own checkpoints
+            (
+                "shell",
+                "-c",
+                "from decoding.models import ModelSpec; s = ModelSpec.objects.get(name="
+                f"'smollm2-135m-instruct'); s.pk = None; s.name = '{FIXED_MODEL}'; "
+                "s.draft_schedule = 'fixed'; s.save()",
+            ),
         ):
             completed = stack.manage(*args)
             assert completed.returncode == 0, describe(completed)
@@ -182,6 +206,7 @@ def portal(tmp_path_factory) -> Iterator[Portal]:
                 ("tampered", stack.api_key, 2),  # its record seq 2 is rewritten by one test
                 ("signed", stack.api_key, 3),  # annotated and signed off
                 ("other", stack.other_api_key, 4),  # bob's matter
+                ("answered", stack.api_key, ANSWERED_SEED),  # searched by its words
             )
         }
         portal.jobs = _wait_for_all(stack, pending)

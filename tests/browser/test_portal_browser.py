@@ -76,7 +76,7 @@ def test_a_reviewer_logs_in_and_lands_on_the_trails_list_of_her_matter(
     log_in(page, portal.alice)
 
     expect(page.locator("tr[data-job-id]").first).to_be_visible()
-    alices = {portal.jobs[name]["id"] for name in ("walked", "tampered", "signed")}
+    alices = {portal.jobs[name]["id"] for name in ("walked", "tampered", "signed", "answered")}
     assert set(job_rows(page)) == alices
     for name in FILTERS:
         expect(page.locator(f"[name={name}]")).to_have_count(1)

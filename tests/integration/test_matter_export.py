@@ -250,7 +250,7 @@ def test_the_report_names_the_answer_the_models_and_the_hashes(produced, tmp_pat
 def test_a_reviewer_produces_their_matter_in_the_portal_and_it_is_in_custody(produced):
     reviewer = logged_in(grant("rita", MATTER_NAME))
     matter = produced["answered"].matter
-    response = reviewer.post("/portal/matters/export", {"matter": matter.id})
+    response = reviewer.post("/portal/matters/export", {"export-matter": matter.id})
     assert response.status_code == 200, response.content[:500]
     data = b"".join(response.streaming_content)
     assert verify_bundle(data, keys=key()) == []
@@ -264,7 +264,7 @@ def test_a_reviewer_produces_their_matter_in_the_portal_and_it_is_in_custody(pro
 def test_a_reviewer_cannot_produce_a_matter_not_granted_to_them(produced):
     stranger = logged_in(grant("otto", "Other v. Matter"))
     matter = produced["answered"].matter
-    response = stranger.post("/portal/matters/export", {"matter": matter.id})
+    response = stranger.post("/portal/matters/export", {"export-matter": matter.id})
     assert response.status_code == 400 and b"matter" in response.content
     assert not CustodyEvent.objects.filter(action="export_matter").exists()
 

@@ -39,10 +39,15 @@ def postgres_stack(tmp_path_factory) -> Iterator[Stack]:
     database = f"pathfinder_sys_{suffix}"
     admin_url = create_database(database)
     database_url = postgres_url(database)
+    signing_dir = tmp_path_factory.mktemp("system-signing")
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
         "CELERY_BROKER_URL": broker_url(),
+        # The stack's own log key and published checkpoints, never those of the checkout's var/
+        # (a `make run` there signs checkpoints of another log).
+        "PATHFINDER_CHECKPOINT_KEY_FILE": str(signing_dir / "signing.key"),
+        "PATHFINDER_CHECKPOINT_PUBLISH_DIR": str(signing_dir / "published"),
         # A queue of its own, so no other worker on this Redis takes the stack's jobs.
         "PATHFINDER_TASK_QUEUE": f"pathfinder-test-{suffix}",
         "PATHFINDER_LOG_LEVEL": "WARNING",

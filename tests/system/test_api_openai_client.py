@@ -70,8 +70,8 @@ def native(stack: Stack, **body) -> dict:
     return wait_for(stack, response.json()["id"], timeout=120)
 
 
-def committed_tokens(stack: Stack, job_id: str) -> list[int]:
-    """The emitted tokens of the job's committed records, read straight from PostgreSQL."""
+def committed_decisions(stack: Stack, job_id: str) -> list[dict]:
+    """The job's committed decision records, read straight from PostgreSQL."""
     with psycopg.connect(stack.database_url, autocommit=True) as db:
         rows = db.execute(
             """SELECT r.payload FROM audit_decisionrecord r
@@ -79,22 +79,19 @@ def committed_tokens(stack: Stack, job_id: str) -> list[int]:
                WHERE j.id = %s AND r.kind = 'decision' ORDER BY r.seq""",
             [job_id],
         ).fetchall()
-    return [token for (payload,) in rows for token in json.loads(payload)["emitted"]]
+    return [json.loads(payload) for (payload,) in rows]
+
+
+def committed_tokens(stack: Stack, job_id: str) -> list[int]:
+    """The emitted tokens of the job's committed records."""
+    return [token for record in committed_decisions(stack, job_id) for token in record["emitted"]]
 
 
 def recorded_logprobs(stack: Stack, job_id: str) -> list[tuple[float, list[tuple[int, float]]]]:
     """Per emitted token: log p as its committed record states it, and the record's
-    alternatives (token, log p), read straight from PostgreSQL."""
-    with psycopg.connect(stack.database_url, autocommit=True) as db:
-        rows = db.execute(
-            """SELECT r.payload FROM audit_decisionrecord r
-               JOIN decoding_generationjob j ON j.trail_id = r.trail_id
-               WHERE j.id = %s AND r.kind = 'decision' ORDER BY r.seq""",
-            [job_id],
-        ).fetchall()
+    alternatives (token, log p)."""
     tokens = []
-    for (payload,) in rows:
-        record = json.loads(payload)
+    for record in committed_decisions(stack, job_id):
         n, tops = record["accepted_count"], record.get("target_top") or []
         for i, _ in enumerate(record["emitted"]):
             p = record["drafted"][i]["p"] if i < n else record["correction"]["p"]

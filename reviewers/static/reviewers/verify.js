@@ -1,0 +1,491 @@
+/* Pathfinder bundle verifier, in the reviewer's own browser.
+
+   A second, independent implementation of docs/audit-format.md (the first is Python's
+   audit.offline_verify): it checks a downloaded bundle, a one-trail bundle or a matter bundle,
+   against keys the reviewer pinned, with nothing but WebCrypto (SHA-256, Ed25519). No library,
+   no network: the server's word is not needed, and nothing here asks for it.
+
+   Checks, each reported by name: the zip rebuilds byte for byte; the members are the format's;
+   the manifest is canonical and every hash matches; per trail, the records are canonical and
+   chain from the genesis hash, the ledger leaf seals that chain, the leaf's inclusion proof
+   leads to the checkpoint's root, the disclosed texts match their salted digests (and, in a
+   matter bundle, the trail is the one listed, of the matter); the checkpoint is signed by a
+   pinned log key; every pinned witness cosigned it.
+
+   window.PathfinderVerify.verify(bytes, {logKeys: [...], witnessKeys: [...]}) resolves to
+   {ok, kind, checks: [{name, ok, failures, detail}]}; the page's form calls it. */
+(function () {
+  "use strict";
+
+  const enc = new TextEncoder();
+  const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+  // --- bytes -------------------------------------------------------------------------------
+
+  function concat(...parts) {
+    const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+    let at = 0;
+    for (const p of parts) { out.set(p, at); at += p.length; }
+    return out;
+  }
+  const utf8 = (s) => enc.encode(s);
+  const NUL = new Uint8Array([0]);
+  function equal(a, b) {
+    if (a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+    return true;
+  }
+  const hex = (b) => Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  function unhex(s) {
+    if (typeof s !== "string" || !/^([0-9a-f]{2})*$/.test(s)) throw new Error("not lowercase hex");
+    return new Uint8Array(s.match(/../g)?.map((h) => parseInt(h, 16)) ?? []);
+  }
+  function unbase64(s) {  // strict: standard alphabet, padded, and must re-encode the same
+    const raw = atob(s);
+    const bytes = Uint8Array.from(raw, (c) => c.charCodeAt(0));
+    if (btoa(raw) !== s) throw new Error("base64 does not re-encode to the same text");
+    return bytes;
+  }
+  const sha256 = async (...parts) =>
+    new Uint8Array(await crypto.subtle.digest("SHA-256", concat(...parts)));
+  const text = (bytes) => strictUtf8.decode(bytes);
+
+  // --- canonical JSON (records, manifest) and the bundle's JSON form (other members) ---------
+
+  const SHORT = { 8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r" };
+  function canonString(s) {
+    let out = '"';
+    for (const ch of s) {
+      const c = ch.codePointAt(0);
+      if (ch === '"') out += '\\"';
+      else if (ch === "\\") out += "\\\\";
+      else if (c < 0x20) out += SHORT[c] ?? "\\u00" + c.toString(16).padStart(2, "0");
+      else if (c >= 0xd800 && c <= 0xdfff) throw new Error("a lone surrogate");
+      else out += ch;
+    }
+    return out + '"';
+  }
+  function canonical(v) {
+    if (v === null || v === true || v === false) return String(v);
+    if (typeof v === "number") {
+      if (!Number.isSafeInteger(v)) throw new Error("a number that is not an I-JSON integer");
+      return String(v);
+    }
+    if (typeof v === "string") return canonString(v);
+    if (Array.isArray(v)) return "[" + v.map(canonical).join(",") + "]";
+    const keys = Object.keys(v).sort();
+    return "{" + keys.map((k) => canonString(k) + ":" + canonical(v[k])).join(",") + "}";
+  }
+  function isCanonical(s) {
+    try { return canonical(JSON.parse(s)) === s; } catch { return false; }
+  }
+  function sortedDeep(v) {
+    if (Array.isArray(v)) return v.map(sortedDeep);
+    if (v && typeof v === "object") {
+      return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sortedDeep(v[k])]));
+    }
+    return v;
+  }
+  // Python's json.dumps(v, sort_keys=True, indent=2, ensure_ascii=False) + "\n".
+  const memberForm = (v) => JSON.stringify(sortedDeep(v), null, 2) + "\n";
+
+  // --- the deterministic zip -------------------------------------------------------------------
+
+  const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    return c >>> 0;
+  });
+  function crc32(bytes) {
+    let c = 0xffffffff;
+    for (const b of bytes) c = CRC_TABLE[(c ^ b) & 0xff] ^ (c >>> 8);
+    return (c ^ 0xffffffff) >>> 0;
+  }
+  function readZip(data) {  // [[name, bytes]] in central-directory order
+    const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
+    let eocd = data.length - 22;
+    while (eocd >= 0 && view.getUint32(eocd, true) !== 0x06054b50) eocd--;
+    if (eocd < 0) throw new Error("no end of central directory: not a zip");
+    const count = view.getUint16(eocd + 10, true);
+    let at = view.getUint32(eocd + 16, true);
+    const members = [];
+    for (let i = 0; i < count; i++) {
+      if (view.getUint32(at, true) !== 0x02014b50) throw new Error("a broken central directory");
+      const method = view.getUint16(at + 10, true);
+      const size = view.getUint32(at + 20, true);
+      const nameLen = view.getUint16(at + 28, true);
+      const extraLen = view.getUint16(at + 30, true);
+      const commentLen = view.getUint16(at + 32, true);
+      const local = view.getUint32(at + 42, true);
+      const name = text(data.subarray(at + 46, at + 46 + nameLen));
+      if (method !== 0) throw new Error(`member ${name} is compressed; bundle members are stored`);
+      const start = local + 30 + view.getUint16(local + 26, true) + view.getUint16(local + 28, true);
+      members.push([name, data.subarray(start, start + size)]);
+      at += 46 + nameLen + extraLen + commentLen;
+    }
+    return members;
+  }
+  function deterministicZip(members) {  // docs/audit-format.md, "The zip is deterministic"
+    const local = [], central = [];
+    let offset = 0;
+    for (const [name, data] of members) {
+      const raw = utf8(name);
+      const common = new DataView(new ArrayBuffer(26));
+      [20, 0, 0, 0, 0x21].forEach((v, i) => common.setUint16(i * 2, v, true));
+      common.setUint32(10, crc32(data), true);
+      common.setUint32(14, data.length, true);
+      common.setUint32(18, data.length, true);
+      common.setUint16(22, raw.length, true);
+      common.setUint16(24, 0, true);  // extra field length
+      const fields = new Uint8Array(common.buffer);
+      const header = concat(new Uint8Array([0x50, 0x4b, 3, 4]), fields, raw, data);
+      const tail = new DataView(new ArrayBuffer(16));
+      tail.setUint32(8, 0o644 << 16, true);  // external attributes; comment, disk, internal: 0
+      tail.setUint32(12, offset, true);
+      central.push(concat(new Uint8Array([0x50, 0x4b, 1, 2, 20, 3]), fields.subarray(0, 24),
+        new Uint8Array(tail.buffer).subarray(0, 2), new Uint8Array(tail.buffer).subarray(2), raw));
+      local.push(header);
+      offset += header.length;
+    }
+    const dir = concat(...central);
+    const end = new DataView(new ArrayBuffer(22));
+    end.setUint32(0, 0x06054b50, true);
+    end.setUint16(8, members.length, true);
+    end.setUint16(10, members.length, true);
+    end.setUint32(12, dir.length, true);
+    end.setUint32(16, offset, true);
+    return concat(...local, dir, new Uint8Array(end.buffer));
+  }
+
+  // --- the format's names ------------------------------------------------------------------------
+
+  const TRAIL_MEMBERS = ["records.jsonl", "chain.json", "ledger-leaf.json", "inclusion-proof.json",
+    "disclosures.json", "prompt.txt", "answer.txt", "models.json", "params.json"];
+  const TRAIL_BUNDLE = ["records.jsonl", "chain.json", "ledger-leaf.json", "inclusion-proof.json",
+    "checkpoint.txt", "checkpoint.tsr", "verifier-key.txt", "disclosures.json", "prompt.txt",
+    "answer.txt", "models.json", "params.json", "report.pdf", "verification.txt", "README.txt",
+    "manifest.json"];
+  const TRAIL_BUNDLE_V2 = TRAIL_BUNDLE.filter((n) => n !== "report.pdf");
+  const matterNames = (ids) => ["matter.json", "checkpoint.txt", "checkpoint.tsr",
+    "verifier-key.txt", ...ids.flatMap((id) => TRAIL_MEMBERS.map((n) => `trails/${id}/${n}`)),
+    "report.pdf", "verification.txt", "README.txt", "manifest.json"];
+  const TEXT_MEMBERS = { "prompt.rendered": "prompt.txt", "answer.text": "answer.txt" };
+
+  // --- the checks ------------------------------------------------------------------------------
+
+  class Check {
+    constructor(name) { this.name = name; this.failures = []; this.detail = ""; }
+    fail(reason) { this.failures.push(reason); }
+    get ok() { return this.failures.length === 0; }
+  }
+
+  function json(members, name, check) {  // a JSON member, which must be in the bundle's form
+    const bytes = members.get(name);
+    if (!bytes) { check.fail(`${name} is missing`); return null; }
+    try {
+      const s = text(bytes);
+      const value = JSON.parse(s);
+      if (memberForm(value) !== s) check.fail(`${name} is not in the bundle's JSON form`);
+      return value;
+    } catch (e) { check.fail(`${name} is not valid JSON (${e.message})`); return null; }
+  }
+
+  async function checkChain(m, check) {  // -> {trailId, head, count, payloads} or null
+    const meta = json(m, "chain.json", check);
+    const recordsBytes = m.get("records.jsonl");
+    if (!meta || !recordsBytes) { if (!recordsBytes) check.fail("records.jsonl is missing"); return null; }
+    const lines = text(recordsBytes).split("\n");
+    if (lines.pop() !== "") check.fail("records.jsonl must end with a newline");
+    const trailId = meta.trail_id;
+    let prev = hex(await sha256(utf8("PF-GENESIS-v1"), NUL, utf8(trailId)));
+    if (meta.genesis_hash !== prev) check.fail("genesis_hash is not SHA-256 of the trail id");
+    const rows = meta.records || [];
+    if (rows.length !== lines.length) check.fail(`chain.json lists ${rows.length} records, records.jsonl holds ${lines.length}`);
+    const payloads = [];
+    for (let seq = 0; seq < Math.min(rows.length, lines.length); seq++) {
+      const row = rows[seq], payload = lines[seq];
+      if (row.seq !== seq) check.fail(`record ${seq}: seq ${row.seq}`);
+      if (!isCanonical(payload)) check.fail(`seq ${seq}: payload is not canonical JSON`);
+      if (row.prev_hash !== prev) check.fail(`seq ${seq}: prev_hash does not link to the record before`);
+      const digest = hex(await sha256(utf8("PF-RECORD-v1"), NUL, utf8(trailId), NUL,
+        utf8(String(seq)), NUL, utf8(row.prev_hash), NUL, utf8(payload)));
+      if (row.record_hash !== digest) check.fail(`seq ${seq}: record_hash does not recompute`);
+      prev = digest;
+      try { payloads.push(JSON.parse(payload)); } catch { payloads.push(null); }
+    }
+    if (meta.head_hash !== prev) check.fail("head_hash is not the last record's hash");
+    if (meta.record_count !== lines.length) check.fail("record_count is not the number of records");
+    if (check.ok) check.detail = `${lines.length} records chain from the genesis hash of ${trailId}`;
+    return { trailId, head: prev, count: lines.length, payloads };
+  }
+
+  async function checkLeafAndProof(m, chain, checkpoint, leafCheck, proofCheck) {
+    const leaf = json(m, "ledger-leaf.json", leafCheck);
+    const proof = json(m, "inclusion-proof.json", proofCheck);
+    if (!leaf || !proof) return null;
+    if (!isCanonical(leaf.payload)) { leafCheck.fail("ledger payload is not canonical JSON"); return null; }
+    const sealed = JSON.parse(leaf.payload);
+    if (chain) {
+      if (sealed.trail !== chain.trailId) leafCheck.fail(`ledger leaf seals trail ${sealed.trail}, not ${chain.trailId}`);
+      if (sealed.records !== chain.count) leafCheck.fail(`ledger leaf seals ${sealed.records} records; the bundle has ${chain.count}`);
+      if (sealed.head !== chain.head) leafCheck.fail("ledger leaf seals another head hash than the records' head");
+    }
+    const leafHash = await sha256(NUL, utf8(leaf.payload));
+    if (hex(leafHash) !== proof.leaf_hash) leafCheck.fail("leaf_hash is not SHA-256(0x00 || ledger payload)");
+    if (proof.leaf_index !== leaf.index) proofCheck.fail(`proof is for leaf ${proof.leaf_index}, the ledger leaf is entry ${leaf.index}`);
+    if (leafCheck.ok) leafCheck.detail = `entry ${leaf.index} seals this trail (job ${sealed.job}, ${sealed.outcome})`;
+    if (checkpoint) {
+      if (proof.tree_size !== checkpoint.size) proofCheck.fail(`proof is for a tree of ${proof.tree_size}; the checkpoint is of ${checkpoint.size}`);
+      let path;
+      try { path = proof.proof.map(unhex); } catch { proofCheck.fail("proof hashes must be lowercase hex"); return sealed; }
+      if (!(await inclusionOk(proof.leaf_index, checkpoint.size, leafHash, path, checkpoint.root))) {
+        proofCheck.fail(`the inclusion proof of leaf ${proof.leaf_index} does not lead to the checkpoint's root`);
+      }
+    } else proofCheck.fail("no readable checkpoint to check the proof against");
+    if (proofCheck.ok) proofCheck.detail = `leaf ${proof.leaf_index} is in the tree of ${checkpoint.size}`;
+    return { ...sealed, index: leaf.index };
+  }
+
+  async function inclusionOk(index, size, leafHash, path, root) {  // RFC 9162 §2.1.3.2
+    if (!(Number.isSafeInteger(index) && index >= 0 && index < size)) return false;
+    let fn = index, sn = size - 1, r = leafHash;
+    const ONE = new Uint8Array([1]);
+    for (const p of path) {
+      if (sn === 0) return false;
+      if (fn % 2 === 1 || fn === sn) {
+        r = await sha256(ONE, p, r);
+        while (fn % 2 === 0 && fn !== 0) { fn = Math.floor(fn / 2); sn = Math.floor(sn / 2); }
+      } else {
+        r = await sha256(ONE, r, p);
+      }
+      fn = Math.floor(fn / 2); sn = Math.floor(sn / 2);
+    }
+    return sn === 0 && equal(r, root);
+  }
+
+  async function checkTexts(m, chain, check) {
+    const doc = json(m, "disclosures.json", check);
+    if (!doc || !chain) return;
+    const request = chain.payloads.find((p) => p && p.kind === "request");
+    const answer = chain.payloads.find((p) => p && p.kind === "answer");
+    const digests = { ...(request?.prompt?.digests ?? {}) };
+    if (answer) digests["answer.text"] = answer.output_text_digest;
+    const bound = Object.keys(digests).sort(), named = Object.keys(doc).sort();
+    if (bound.join() !== named.join()) { check.fail(`disclosures.json names ${named}; the records bind ${bound}`); return; }
+    for (const [name, member] of Object.entries(TEXT_MEMBERS)) {
+      if (!(name in digests) && m.get(member)?.length) check.fail(`${member} holds text that no record binds`);
+    }
+    for (const name of bound) {
+      const entry = doc[name];
+      const member = TEXT_MEMBERS[name];
+      if (entry.withheld === true) {
+        if (member && m.get(member)?.length) check.fail(`${name} is declared withheld, but ${member} is not empty`);
+        continue;
+      }
+      const value = member ? text(m.get(member) ?? new Uint8Array()) : canonical(entry.value);
+      const digest = hex(await sha256(utf8("PF-TEXT-v2"), NUL, unhex(entry.salt), NUL, utf8(value)));
+      if (digest !== digests[name]) check.fail(`${name} is not the text whose digest the records hold`);
+    }
+    if (check.ok) check.detail = `${bound.length} bound texts match their digests or are withheld`;
+  }
+
+  // --- the checkpoint: C2SP signed note, Ed25519, cosignatures ---------------------------------
+
+  function parseNote(note) {
+    const at = note.indexOf("\n\n");
+    if (at < 0) throw new Error("no blank line between the body and its signatures");
+    const body = note.slice(0, at + 1);
+    const [origin, size, root, extra] = body.split("\n");
+    if (extra !== "" || !/^(0|[1-9][0-9]*)$/.test(size)) throw new Error("the body is not origin, size, root");
+    const lines = note.slice(at + 2).split("\n");
+    if (lines.pop() !== "") throw new Error("the note must end with a newline");
+    return { body, origin, size: Number(size), root: unbase64(root), lines };
+  }
+  function parseKey(key, type) {  // <name>+<key id hex>+<base64(type || public key)>
+    const first = key.indexOf("+"), second = key.indexOf("+", first + 1);
+    const name = key.slice(0, first), id = key.slice(first + 1, second);
+    const raw = unbase64(key.slice(second + 1));
+    if (first < 1 || second < 0 || raw.length !== 33 || raw[0] !== type) throw new Error(`not a verifier key of type ${type}: ${key}`);
+    return { name, id, publicKey: raw.subarray(1), type };
+  }
+  async function keyId(key) {
+    return hex((await sha256(utf8(key.name + "\n"), new Uint8Array([key.type]), key.publicKey)).subarray(0, 4));
+  }
+  async function ed25519(publicKey, signature, message) {
+    const k = await crypto.subtle.importKey("raw", publicKey, { name: "Ed25519" }, false, ["verify"]);
+    return crypto.subtle.verify({ name: "Ed25519" }, k, signature, message);
+  }
+  function signatureBlobs(note, key) {  // the blobs of the lines naming this key
+    return note.lines.filter((l) => l.startsWith("\u2014 " + key.name + " "))
+      .map((l) => unbase64(l.slice(key.name.length + 3)))
+      .filter((blob) => hex(blob.subarray(0, 4)) === key.id);
+  }
+
+  async function signedBy(note, keyText) {  // the key, when it signed the note; else null
+    const key = parseKey(keyText.trim(), 1);
+    if ((await keyId(key)) !== key.id) throw new Error(`${key.name}: the key id does not match the key`);
+    for (const blob of signatureBlobs(note, key)) {
+      if (blob.length === 68 && (await ed25519(key.publicKey, blob.subarray(4), utf8(note.body)))) return key;
+    }
+    return null;
+  }
+
+  async function checkSignature(note, bundledKey, check) {  // by the key the bundle names
+    const key = await signedBy(note, bundledKey);
+    if (key) check.detail = `signed by ${key.name}+${key.id} (verifier-key.txt): tree of ${note.size}`;
+    else check.fail("the checkpoint is not signed by the key in verifier-key.txt");
+  }
+
+  async function checkPinned(note, logKeys, check) {  // ...and by a key the reviewer pinned
+    if (!logKeys.length) { check.fail("no log key pinned: pin the log's verifier key, obtained out of band"); return; }
+    for (const text of logKeys) {
+      const key = await signedBy(note, text);
+      if (key) { check.detail = `signed by pinned key ${key.name}+${key.id}`; return; }
+    }
+    check.fail("no pinned log key signed this checkpoint");
+  }
+
+  async function checkCosignatures(note, witnessKeys, check) {
+    const names = [];
+    for (const text of witnessKeys) {
+      const key = parseKey(text.trim(), 4);
+      const blobs = signatureBlobs(note, key);
+      if (!blobs.length) { check.fail(`witness ${key.name} did not cosign this checkpoint`); continue; }
+      for (const blob of blobs) {
+        const time = new DataView(blob.buffer, blob.byteOffset + 4, 8).getBigUint64(0);
+        const message = utf8(`cosignature/v1\ntime ${time}\n${note.body}`);
+        if (blob.length !== 76 || !(await ed25519(key.publicKey, blob.subarray(12), message))) {
+          check.fail(`witness ${key.name}'s cosignature does not verify`);
+        } else names.push(`${key.name} at ${time}`);
+      }
+    }
+    if (check.ok) check.detail = `${names.length} pinned witness(es) cosigned: ${names.join(", ")}`;
+  }
+
+  // --- a bundle, whole -------------------------------------------------------------------------
+
+  async function checkTrail(m, checkpoint, label, checks) {
+    const add = (name) => { const c = new Check(label + name); checks.push(c); return c; };
+    const chain = await checkChain(m, add("records and chain"));
+    const sealed = await checkLeafAndProof(m, chain, checkpoint, add("ledger leaf"), add("inclusion proof"));
+    await checkTexts(m, chain, add("question and answer"));
+    return { chain, sealed };
+  }
+
+  async function verify(bytes, pins = {}) {
+    const data = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
+    const checks = [];
+    const add = (name) => { const c = new Check(name); checks.push(c); return c; };
+    const result = (kind) => ({ kind, ok: checks.every((c) => c.ok), checks: checks.map(
+      (c) => ({ name: c.name, ok: c.ok, failures: c.failures, detail: c.detail })) });
+    const container = add("zip container");
+    let members;
+    try { members = readZip(data); } catch (e) { container.fail(e.message); return result("unreadable"); }
+    if (!equal(deterministicZip(members), data)) container.fail("the zip is not byte-for-byte the deterministic packing of its members");
+    else container.detail = `byte-for-byte the deterministic packing of its ${members.length} members`;
+    const m = new Map(members), names = members.map(([n]) => n);
+    const isMatter = m.has("matter.json");
+
+    const matterCheck = isMatter ? add("matter.json") : null;
+    const matter = isMatter ? json(m, "matter.json", matterCheck) : null;
+    const listed = Array.isArray(matter?.trails) ? matter.trails : [];
+    const expected = isMatter ? [matterNames(listed.map((t) => t.trail_id))]
+      : [TRAIL_BUNDLE, TRAIL_BUNDLE_V2];
+    const membersCheck = add("members");
+    if (!expected.some((e) => e.join("\n") === names.join("\n"))) membersCheck.fail("not exactly the format's members, in order");
+
+    const manifestCheck = add("manifest");
+    try {
+      const s = text(m.get("manifest.json"));
+      if (!isCanonical(s)) manifestCheck.fail("manifest is not canonical JSON");
+      const files = JSON.parse(s).files;
+      const others = names.filter((n) => n !== "manifest.json");
+      if (Object.keys(files).sort().join("\n") !== [...others].sort().join("\n")) manifestCheck.fail("the manifest does not list exactly the other members");
+      for (const n of others) {
+        if (files[n] !== hex(await sha256(m.get(n)))) manifestCheck.fail(`${n} does not match its SHA-256 in the manifest`);
+      }
+    } catch (e) { manifestCheck.fail(`manifest unreadable (${e.message})`); }
+
+    let note = null;
+    const noteCheck = add("checkpoint signature");
+    try { note = parseNote(text(m.get("checkpoint.txt"))); } catch (e) { noteCheck.fail(`checkpoint.txt: ${e.message}`); }
+    if (isMatter) {
+      for (const entry of listed) {
+        const own = new Map(TRAIL_MEMBERS.map((n) => [n, m.get(`trails/${entry.trail_id}/${n}`)]).filter(([, v]) => v));
+        const label = `trail ${entry.trail_id}: `;
+        const { chain, sealed } = await checkTrail(own, note, label, checks);
+        const listing = add(label + "listing");
+        const request = chain?.payloads.find((p) => p && p.kind === "request");
+        if (chain?.trailId !== entry.trail_id) listing.fail("its chain is of another trail than matter.json lists");
+        if (sealed?.index !== entry.leaf_index || sealed?.job !== entry.job_id || sealed?.outcome !== entry.outcome) listing.fail("its ledger leaf is not the entry, job or outcome listed");
+        if (entry.abandoned !== (entry.outcome === "abandoned")) listing.fail("abandoned must be true exactly when the outcome is");
+        if (!request) listing.fail("it has no request record, so nothing binds it to the matter");
+        else if (request.matter !== matter.matter || request.attempt !== entry.attempt) listing.fail(`its request record is of matter '${request.matter}', attempt ${request.attempt}`);
+      }
+      if (matter && note && matter.tree_size !== note.size) matterCheck.fail("tree_size is not the checkpoint's size");
+    } else {
+      await checkTrail(m, note, "", checks);
+    }
+    if (note) {
+      try {
+        await checkSignature(note, text(m.get("verifier-key.txt") ?? new Uint8Array()), noteCheck);
+      } catch (e) { noteCheck.fail(`verifier-key.txt: ${e.message}`); }
+      const pinnedCheck = add("pinned key");
+      try { await checkPinned(note, pins.logKeys ?? [], pinnedCheck); } catch (e) { pinnedCheck.fail(e.message); }
+      if ((pins.witnessKeys ?? []).length) {
+        const cosign = add("witness cosignatures");
+        try { await checkCosignatures(note, pins.witnessKeys, cosign); } catch (e) { cosign.fail(e.message); }
+      }
+    }
+    return result(isMatter ? "matter" : "trail");
+  }
+
+  // --- the page ---------------------------------------------------------------------------------
+
+  function pinned(id) {
+    return (document.getElementById(id)?.value ?? "").split("\n").map((s) => s.trim()).filter(Boolean);
+  }
+  function show(outcome, where) {
+    where.replaceChildren();
+    const verdict = document.createElement("p");
+    verdict.id = "verdict";
+    verdict.className = outcome.ok ? "badge ok" : "badge broken";
+    const failed = outcome.checks.filter((c) => !c.ok);
+    verdict.textContent = outcome.ok ? `Verified in this browser: ${outcome.checks.length} checks passed`
+      : `NOT verified: ${failed.map((c) => c.name).join("; ")} failed`;
+    where.append(verdict);
+    const list = document.createElement("ul");
+    list.className = "checks";
+    for (const c of outcome.checks) {
+      const li = document.createElement("li");
+      li.dataset.check = c.name;
+      li.dataset.ok = String(c.ok);
+      li.textContent = `${c.ok ? "OK" : "FAIL"}  ${c.name}${c.ok ? (c.detail ? ": " + c.detail : "") : ": " + c.failures.join("; ")}`;
+      list.append(li);
+    }
+    where.append(list);
+  }
+  function wire() {
+    const form = document.getElementById("verify-form");
+    if (!form) return;
+    for (const id of ["log-keys", "witness-keys"]) {  // pinned keys stay with this browser
+      const field = document.getElementById(id);
+      field.value = localStorage.getItem("pathfinder." + id) ?? field.value;
+      field.addEventListener("change", () => localStorage.setItem("pathfinder." + id, field.value));
+    }
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const where = document.getElementById("verify-result");
+      const file = document.getElementById("bundle-file").files[0];
+      if (!file) { where.textContent = "Choose a bundle first."; return; }
+      where.textContent = "Checking…";
+      const outcome = await verify(new Uint8Array(await file.arrayBuffer()),
+        { logKeys: pinned("log-keys"), witnessKeys: pinned("witness-keys") });
+      show(outcome, where);
+    });
+  }
+
+  window.PathfinderVerify = { verify, canonical };
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", wire);
+  else wire();
+})();

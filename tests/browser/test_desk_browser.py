@@ -1,0 +1,292 @@
+"""The reviewer's desk in a real browser: finding a trail by what was asked, seeing how each token
+was produced, producing a matter, reading its report, and verifying bundles in the page itself
+with verify.js, which must agree with audit.offline_verify on every bundle, intact or tampered.
+
+Runs before test_portal_browser.py (file order), whose tampering test breaks a trail of the
+matter exported here.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from audit.bundle_format import deterministic_zip, manifest_member, matter_member_names
+from audit.offline_verify import check_bundle
+from tests.system.helpers import REPO_ROOT
+
+from .helpers import Portal
+from .test_portal_browser import describe_run, job_rows, log_in, offline_verify, walk_url
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
+
+DATA = REPO_ROOT / "tests" / "data"
+GOLDEN_KEYS = json.loads((DATA / "audit_golden_vectors_v2.json").read_text("utf-8"))["keys"]
+
+
+def stack_key(portal: Portal) -> str:
+    key_file = portal.stack.env["PATHFINDER_CHECKPOINT_KEY_FILE"]
+    return Path(key_file).read_text(encoding="ascii").split()[1]
+
+
+def test_searching_words_of_the_question_finds_the_trail(page: Page, portal: Portal):
+    job = portal.jobs["answered"]
+    log_in(page, portal.alice)
+    row = page.locator(f'tr[data-job-id="{job["id"]}"]')
+    expect(row.locator("td.question")).to_contain_text("Quote the first sentence")
+    expect(row.locator("td.answer")).to_contain_text(job["output_text"].split()[0])
+
+    page.fill("input[name=q]", "hearing adjourned")
+    page.press("input[name=q]", "Enter")
+    expect(page).to_have_url(re.compile(r"[?&]q=hearing\+adjourned"))
+    expect(page.locator("tr[data-job-id]")).to_have_count(1)
+    assert job_rows(page) == [job["id"]]
+    page.fill("input[name=q]", "photosynthesis")  # asked and answered nowhere
+    page.press("input[name=q]", "Enter")
+    expect(page.get_by_text("No trails match.")).to_be_visible()
+
+
+def test_every_token_shows_how_it_was_produced(page: Page, portal: Portal, screenshot_dir):
+    job = portal.jobs["answered"]
+    log_in(page, portal.alice)
+    page.goto(walk_url(job))
+    tokens = page.locator("#output a.token")
+    expect(tokens.first).to_be_visible()
+    sources = set(tokens.evaluate_all("links => links.map(a => a.dataset.source)"))
+    assert sources <= {"draft", "correction", "bonus"} and sources, sources
+    expect(page.locator("ul.legend li")).to_have_count(3)
+    # The keyboard reaches a token, and its probabilities are read out, not only hovered.
+    tokens.first.focus()
+    label = tokens.first.get_attribute("aria-label")
+    assert re.search(r"step \d+, p \d", label), label
+    expect(page.locator("#chart-steps svg[role=img]")).to_be_visible()
+    expect(page.locator("#prompt-text")).to_contain_text("<|im_start|>user")
+    page.screenshot(path=str(screenshot_dir / "provenance.png"), full_page=True)
+    # A trail whose drafts were tested at several positions charts acceptance by position too.
+    page.goto(walk_url(portal.jobs["walked"]))
+    bars = page.locator("#chart-positions svg[role=img] rect.value")
+    expect(bars.first).to_be_attached()
+    titles = bars.evaluate_all("rects => rects.map(r => r.textContent)")
+    assert titles[0].startswith("position 1:"), titles
+
+
+def download_matter(page: Page, portal: Portal, tmp_path) -> Path:
+    log_in(page, portal.alice)
+    page.locator("details#produce summary").click()
+    with page.expect_download() as download_info:
+        page.locator("button#export-matter").click()
+    download = download_info.value
+    assert download.suggested_filename.startswith("pathfinder-matter-doe-v-roe")
+    path = tmp_path / download.suggested_filename
+    download.save_as(path)
+    return path
+
+
+def test_a_produced_matter_verifies_offline_and_reads_as_a_report(
+    page: Page, portal: Portal, tmp_path, screenshot_dir
+):
+    bundle = download_matter(page, portal, tmp_path)
+    pinned = offline_verify(bundle, "--key", stack_key(portal))
+    assert pinned.returncode == 0, describe_run(pinned)
+    assert "MATTER 'Doe v. Roe'" in pinned.stdout
+    with zipfile.ZipFile(bundle) as archive:
+        matter = json.loads(archive.read("matter.json"))
+        (tmp_path / "report.pdf").write_bytes(archive.read("report.pdf"))
+    alices = {portal.jobs[name]["id"] for name in ("walked", "tampered", "signed", "answered")}
+    assert {t["job_id"] for t in matter["trails"]} == alices
+    text = subprocess.run(
+        ["pdftotext", "-layout", str(tmp_path / "report.pdf"), "-"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    answer = portal.jobs["answered"]["output_text"]
+    assert " ".join(answer.split()) in " ".join(text.split())
+    assert "902(13)" in text
+    # The answered trail's page as a picture, for the README (and for a person to look at).
+    pdf = str(tmp_path / "report.pdf")
+    pages = int(re.search(r"Pages:\s+(\d+)", run(["pdfinfo", pdf])).group(1))
+    first_words = " ".join(answer.split()[:3])
+    page_number = next(
+        n
+        for n in range(1, pages + 1)
+        if first_words in run(["pdftotext", "-f", str(n), "-l", str(n), pdf, "-"])
+    )
+    run(
+        [
+            "pdftoppm",
+            "-png",
+            "-r",
+            "70",
+            "-f",
+            str(page_number),
+            "-l",
+            str(page_number),
+            "-singlefile",
+            pdf,
+            str(tmp_path / "answered"),
+        ]
+    )
+    (screenshot_dir / "report.png").write_bytes((tmp_path / "answered.png").read_bytes())
+
+
+def run(args: list[str]) -> str:
+    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+
+
+def in_page(page: Page, data: bytes, log_keys: list[str], witness_keys=()) -> dict:
+    return page.evaluate(
+        """async ([b64, logKeys, witnessKeys]) => {
+            const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+            return await window.PathfinderVerify.verify(bytes, {logKeys, witnessKeys});
+        }""",
+        [base64.b64encode(data).decode(), log_keys, list(witness_keys)],
+    )
+
+
+def members_of(data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return {info.filename: archive.read(info) for info in archive.infolist()}
+
+
+def repacked(data: bytes, change) -> bytes:
+    """A competent edit: `change` applied to the members, the manifest recomputed."""
+    members = members_of(data)
+    change(members)
+    members.pop("manifest.json")
+    if "matter.json" in members:
+        ids = [t["trail_id"] for t in json.loads(members["matter.json"])["trails"]]
+        names = [n for n in matter_member_names(ids) if n in members]
+        members = {n: members[n] for n in names + [n for n in members if n not in names]}
+    ordered = list(members.items())
+    return deterministic_zip(ordered + [("manifest.json", manifest_member(ordered))])
+
+
+def tampered_copies(data: bytes) -> dict[str, bytes]:
+    """The same bundle edited in each way a forger might try (written before the verifier)."""
+    answer_name = next(n for n in members_of(data) if n.endswith("answer.txt"))
+    prefix = answer_name[: -len("answer.txt")]  # "" in a one-trail bundle, else trails/<id>/
+
+    def answer(m):
+        m[answer_name] = m[answer_name] + b" (amended)"
+
+    def record(m):
+        lines = m[prefix + "records.jsonl"].split(b"\n")
+        lines[1] = lines[1].replace(b'"step":0', b'"step":9')
+        m[prefix + "records.jsonl"] = b"\n".join(lines)
+
+    def proof(m):
+        name = prefix + "inclusion-proof.json"
+        doc = json.loads(m[name])
+        doc["leaf_index"] += 1
+        m[name] = (json.dumps(doc, sort_keys=True, indent=2) + "\n").encode()
+
+    def checkpoint(m):
+        lines = m["checkpoint.txt"].decode().split("\n")
+        lines[1] = str(int(lines[1]) + 1)
+        m["checkpoint.txt"] = "\n".join(lines).encode()
+
+    def no_cosignature(m):
+        lines = m["checkpoint.txt"].decode().split("\n")
+        m["checkpoint.txt"] = "\n".join(lines[:5] + [""]).encode()  # body, blank, log's line
+
+    flipped = bytearray(data)
+    flipped[len(flipped) // 2] ^= 0x01
+    return {
+        "answer edited": repacked(data, answer),
+        "record edited": repacked(data, record),
+        "proof of another leaf": repacked(data, proof),
+        "checkpoint size edited": repacked(data, checkpoint),
+        "witness cosignature stripped": repacked(data, no_cosignature),
+        "one byte flipped": bytes(flipped),
+    }
+
+
+def agree(page: Page, data: bytes, log_keys: list[str], witness_keys=()) -> tuple[bool, dict]:
+    checks = check_bundle(data, keys=log_keys, witness_keys=list(witness_keys))
+    # offline_verify says VERIFIED (exit 0) only when every check passed under a pinned key.
+    python_ok = all(c.ok for c in checks) and bool(log_keys)
+    js = in_page(page, data, log_keys, witness_keys)
+    assert js["ok"] == python_ok, (
+        [c.name for c in checks if not c.ok],
+        [(c["name"], c["failures"]) for c in js["checks"] if not c["ok"]],
+    )
+    if not python_ok and log_keys:  # and they name a common failing check
+        python_failed = {c.name for c in checks if not c.ok}
+        js_failed = {c["name"] for c in js["checks"] if not c["ok"]}
+        assert js_failed, js
+        assert python_failed & js_failed or "zip container" in python_failed, (
+            python_failed,
+            js_failed,
+        )
+    return python_ok, js
+
+
+def test_the_page_verifier_agrees_with_offline_verify_on_every_bundle(
+    page: Page, portal: Portal, tmp_path
+):
+    golden_log, golden_witness = GOLDEN_KEYS["log_verifier"], GOLDEN_KEYS["witness_verifier"]
+    matter = download_matter(page, portal, tmp_path).read_bytes()
+    page.goto(walk_url(portal.jobs["walked"]))
+    with page.expect_download() as download_info:
+        page.locator("button#export").click()
+    trail = Path(download_info.value.path()).read_bytes()
+    page.goto("/portal/verify")
+    expect(page.locator("form#verify-form")).to_be_visible()
+    real_key = stack_key(portal)
+
+    bundles = {
+        "golden trail (format 2)": (
+            (DATA / "sample-bundle.zip").read_bytes(),
+            [golden_log],
+            [golden_witness],
+        ),
+        "golden matter": (
+            (DATA / "sample-matter.zip").read_bytes(),
+            [golden_log],
+            [golden_witness],
+        ),
+        "real trail export (format 3)": (trail, [real_key], []),
+        "real matter export": (matter, [real_key], []),
+    }
+    for name, (data, logs, witnesses) in bundles.items():
+        ok, js = agree(page, data, logs, witnesses)
+        assert ok, (name, js)
+        assert not agree(page, data, [], witnesses)[0], name  # unpinned is never "verified"
+        for edit, copy in tampered_copies(data).items():
+            if edit == "witness cosignature stripped" and not witnesses:
+                continue  # this stack has no witness to strip
+            ok, js = agree(page, copy, logs, witnesses)
+            assert not ok, (name, edit)
+    # A key that is not the log's.
+    assert not agree(page, trail, [golden_log])[0]
+
+
+def test_a_reviewer_verifies_a_download_in_the_page(
+    page: Page, portal: Portal, tmp_path, screenshot_dir
+):
+    bundle = download_matter(page, portal, tmp_path)
+    page.goto("/portal/verify")
+    page.fill("#log-keys", stack_key(portal))
+    page.locator("#log-keys").dispatch_event("change")
+    page.set_input_files("#bundle-file", str(bundle))
+    page.locator("button#verify-bundle").click()
+    expect(page.locator("#verdict")).to_contain_text("Verified in this browser")
+    page.screenshot(path=str(screenshot_dir / "verify.png"), full_page=True)
+
+    tampered = tmp_path / "tampered.zip"
+    tampered.write_bytes(tampered_copies(bundle.read_bytes())["answer edited"])
+    page.reload()  # the pinned key stays with this browser
+    expect(page.locator("#log-keys")).to_have_value(stack_key(portal))
+    page.set_input_files("#bundle-file", str(tampered))
+    page.locator("button#verify-bundle").click()
+    expect(page.locator("#verdict")).to_contain_text("NOT verified")
+    expect(page.locator('li[data-ok="false"]').first).to_contain_text("question and answer")
