@@ -81,6 +81,42 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
         checked = manage(env, "verify_chain", "--all")
         assert checked.returncode == 0, describe(checked)
 
+        # The portal's search on SQLite: every word, in the prompt or the answer.
+        answer_word = max(job["output_text"].split(), key=len).strip(".,;:!?")
+        for words, found in (("primary COLOURS", True), (answer_word, True), ("zebra", False)):
+            searched = manage(
+                env,
+                "shell",
+                "-c",
+                "from django.contrib.auth.models import User; "
+                "from decoding.models import Matter; "
+                "from reviewers.models import MatterGrant; "
+                "from reviewers.selectors import JobFilters, job_list; "
+                "u, _ = User.objects.get_or_create(username='rita'); "
+                "m = Matter.objects.get(name='embedded'); "
+                "MatterGrant.objects.get_or_create(user=u, matter=m); "
+                f"page = job_list(user=u, filters=JobFilters(q={words!r})); "
+                "print([str(j.id) for j in page.rows])",
+            )
+            assert searched.returncode == 0, describe(searched)
+            assert (job["id"] in searched.stdout) is found, (words, searched.stdout)
+
+        # A matter's bundle from SQLite verifies offline like one from PostgreSQL.
+        signed = manage(env, "checkpoint")
+        assert signed.returncode == 0, describe(signed)
+        bundle = tmp_path / "embedded-matter.zip"
+        exported = manage(env, "export_matter", "--matter", "embedded", "--out", str(bundle))
+        assert exported.returncode == 0, describe(exported)
+        verifier_key = (var_dir / "checkpoint-signing.key").read_text().split()[1]
+        offline = subprocess.run(
+            [sys.executable, "-m", "audit.offline_verify", str(bundle), "--key", verifier_key],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert offline.returncode == 0, offline.stdout + offline.stderr
+
         # Operators' endpoints work on the embedded default too: its worker answers the
         # readiness ping over the filesystem queue, and /metrics sees the worker's counters.
         # The ping has a second to come back over the filesystem transport, which a worker
