@@ -2,9 +2,10 @@
 asked (the rendered prompt) or answered (the output text).
 
 On PostgreSQL the words are a web-search query (`"exact phrase"`, `-word`, `or`) over an English
-full-text index of both texts (migration decoding 0014), so a search costs an index lookup,
-not a scan of every prompt. On SQLite (the embedded default) every word must appear in one of
-the two texts, case-insensitively: a scan, which is what a single-machine store can afford.
+full-text vector of both texts, stored and indexed (migration decoding 0014), so a search costs
+an index lookup, not a scan of every prompt. On SQLite (the embedded default) every word must
+appear in one of the two texts, case-insensitively: a scan, which is what a single-machine store
+can afford.
 """
 
 from __future__ import annotations
@@ -16,13 +17,8 @@ from django.db import connections
 from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
-# The indexed expression, word for word as migration decoding 0014 creates it: PostgreSQL uses
-# an expression index only for a query that repeats it.
-DOCUMENT = (
-    "to_tsvector('english'::regconfig, "
-    '"decoding_generationjob"."prompt_text" || \' \' || "decoding_generationjob"."output_text")'
-)
-MATCH = f"{DOCUMENT} @@ websearch_to_tsquery('english'::regconfig, %s)"
+# The stored vector of migration decoding 0014 (PostgreSQL only, so outside the Django model).
+MATCH = '"decoding_generationjob"."text_search" @@ websearch_to_tsquery(\'english\'::regconfig, %s)'
 
 
 def job_search(jobs: QuerySet, text: str) -> QuerySet:
