@@ -9,7 +9,6 @@ from pathlib import Path
 
 from django.conf import settings
 from django.template.loader import render_to_string
-from django.utils import timezone
 
 from . import binding, bundle, checkpoints, claims
 from .bundle_format import TEXT_MEMBERS
@@ -64,7 +63,8 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
             "format_version": trail.format_version,
             "withheld": sorted(withhold),
             "outcome": trail.outcome,
-            "exported_at": timezone.now().isoformat(timespec="seconds"),
+            "sealed_at": trail.sealed_at.isoformat(timespec="seconds") if trail.sealed_at else "?",
+            "tree_size": inclusion.checkpoint.tree_size,
             "origin": settings.PATHFINDER_LOG_ORIGIN,
             "verification": verification,
         },

@@ -288,3 +288,6 @@ def test_a_trail_bundle_carries_its_report_too(produced, tmp_path):
     ).stdout.decode()
     assert " ".join(job.output_text.split()) in " ".join(text.split())
     assert str(job.trail_id) in text and "902(14)" in text
+    again = tmp_path / "again.zip"
+    call_command("export_trail", "--job", str(job.id), "--out", str(again))
+    assert again.read_bytes() == out.read_bytes()  # nothing depends on when it was exported
