@@ -223,7 +223,12 @@ def matter_bundle_bytes(
 def write_bundle(path_or_file: str | os.PathLike | BinaryIO, **fields) -> str:
     """Write the bundle (bundle_bytes' keyword fields) to a path (atomically) or a binary file
     object; return the SHA-256 hex of the zip, for the custody log."""
-    data = bundle_bytes(**fields)
+    return write_zip(path_or_file, bundle_bytes(**fields))
+
+
+def write_zip(path_or_file: str | os.PathLike | BinaryIO, data: bytes) -> str:
+    """Write a bundle's bytes to a path (atomically) or a binary file object; return their
+    SHA-256 hex, for the custody log."""
     if hasattr(path_or_file, "write"):
         path_or_file.write(data)
     else:

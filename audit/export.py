@@ -70,17 +70,9 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
         },
     )
     texts = texts_of(trail, records, withhold)
-    listed = {
-        "trail_id": str(trail.id),
-        "job_id": str(trail.job_id),
-        "attempt": trail.attempt,
-        "outcome": trail.outcome,
-        "abandoned": trail.outcome == Trail.Outcome.ABANDONED,
-        "leaf_index": inclusion.leaf_index,
-    }
     payloads = [json.loads(record[3]) for record in records]
     pdf = trail_report(
-        facts=TrailFacts.of(listed, payloads, texts, trail.head_hash),
+        facts=TrailFacts.of(listing(trail, inclusion.leaf_index), payloads, texts, trail.head_hash),
         verification=verification,
         checkpoint_note=inclusion.checkpoint.note,
         origin=settings.PATHFINDER_LOG_ORIGIN,
@@ -106,6 +98,18 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
         report_pdf=pdf,
     )
     return out
+
+
+def listing(trail: Trail, leaf_index: int) -> dict:
+    """How a bundle lists a trail (a matter bundle's matter.json, the report)."""
+    return {
+        "trail_id": str(trail.id),
+        "job_id": str(trail.job_id),
+        "attempt": trail.attempt,
+        "outcome": trail.outcome,
+        "abandoned": trail.outcome == Trail.Outcome.ABANDONED,
+        "leaf_index": leaf_index,
+    }
 
 
 def signer(note: str) -> str:

@@ -12,9 +12,7 @@ selection under the same checkpoint rebuilds it byte for byte.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
-import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +23,7 @@ from django.template.loader import render_to_string
 
 from . import bundle, tiles
 from .bundle_format import MATTER_FORMAT_VERSION
-from .export import ExportError, described, signer, texts_of
+from .export import ExportError, described, listing, signer, texts_of
 from .log import latest_checkpoint, log_size
 from .models import DecisionRecord, LedgerEntry, Trail
 from .report import TrailFacts, matter_report
@@ -100,18 +98,10 @@ def matter_export(
                 tree.inclusion_proof(seq), texts, models, params,
             )
         )  # fmt: skip
-        listed.append(
-            {
-                "trail_id": str(trail.id),
-                "job_id": str(trail.job_id),
-                "attempt": trail.attempt,
-                "outcome": trail.outcome,
-                "abandoned": trail.outcome == Trail.Outcome.ABANDONED,
-                "leaf_index": seq,
-            }
-        )
+        listed.append(listing(trail, seq))
         payloads = [json.loads(record[3]) for record in records]
-        facts.append(TrailFacts.of(listed[-1], payloads, texts, records[-1][2]))
+        # trail.head_hash, not the last record's: a trail whose models never loaded has none.
+        facts.append(TrailFacts.of(listed[-1], payloads, texts, trail.head_hash))
     report = verify_trails([trail.id for _, trail, _ in included], scope=selection.described())
     verification = "\n".join(report.lines()) + "\n"
     matter_doc = {
@@ -150,12 +140,9 @@ def matter_export(
             },
         ),
     )
-    path = Path(out)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
+    digest = bundle.write_zip(out, data)
     trail_ids = [entry["trail_id"] for entry in listed]
-    return MatterExport(path, hashlib.sha256(data).hexdigest(), trail_ids, len(left_out), size)
+    return MatterExport(Path(out), digest, trail_ids, len(left_out), size)
 
 
 def _left_out(trail: Trail, reason: str) -> dict:

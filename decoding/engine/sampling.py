@@ -70,6 +70,14 @@ def decimal(x: float) -> str:
 
 def top_tokens(probs: np.ndarray, n: int) -> tuple[tuple[int, float], ...]:
     """The n most probable tokens of one row, most probable first (ties: the lower id), each
-    with its probability; tokens of probability 0 (cut by top-k or top-p) are left out."""
-    order, _ = _descending(probs[None, :])
-    return tuple((int(t), float(probs[t])) for t in order[0, :n] if probs[t] > 0)
+    with its probability; tokens of probability 0 (cut by top-k or top-p) are left out.
+
+    O(vocabulary), not a sort of it: it runs for every emitted token of a job that asks."""
+    n = min(n, len(probs))
+    if n <= 0:
+        return ()
+    nth = np.partition(probs, len(probs) - n)[len(probs) - n]  # the n-th largest value
+    above, tied = np.flatnonzero(probs > nth), np.flatnonzero(probs == nth)
+    chosen = np.concatenate([above, tied[: n - len(above)]])  # flatnonzero: lower ids first
+    order = chosen[np.lexsort((chosen, -probs[chosen]))]
+    return tuple((int(t), float(probs[t])) for t in order if probs[t] > 0)

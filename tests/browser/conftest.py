@@ -155,16 +155,10 @@ def portal(tmp_path_factory) -> Iterator[Portal]:
             ("migrate", "--noinput"),
             ("collectstatic", "--noinput", "--verbosity", "0"),
             ("bootstrap_local",),  # the signing key: this stack signs its own checkpoints
-            (
-                "shell",
-                "-c",
-                "from decoding.models import ModelSpec; s = ModelSpec.objects.get(name="
-                f"'smollm2-135m-instruct'); s.pk = None; s.name = '{FIXED_MODEL}'; "
-                "s.draft_schedule = 'fixed'; s.save()",
-            ),
         ):
             completed = stack.manage(*args)
             assert completed.returncode == 0, describe(completed)
+        stack.copy_spec("smollm2-135m-instruct", FIXED_MODEL, draft_schedule="fixed")
         stack.api_key = last_line(stack.manage("create_api_key", "--matter", MATTER, "app"))
         stack.other_api_key = last_line(
             stack.manage("create_api_key", "--matter", OTHER_MATTER, "app")

@@ -178,6 +178,19 @@ class Stack:
     def manage(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return manage(self.env, *args, timeout=timeout)
 
+    def copy_spec(self, source: str, name: str, **fields) -> str:
+        """Save a copy of model spec `source` as `name`, with `fields` changed; returns name."""
+        changes = "".join(f"s.{field} = {value!r}; " for field, value in fields.items())
+        created = self.manage(
+            "shell",
+            "-c",
+            "from decoding.models import ModelSpec; "
+            f"s = ModelSpec.objects.get(name={source!r}); s.pk = None; s.name = {name!r}; "
+            f"{changes}s.save()",
+        )
+        assert created.returncode == 0, describe(created)
+        return name
+
     def url(self, path_or_url: str) -> str:
         return urljoin(self.base_url + "/", path_or_url)
 

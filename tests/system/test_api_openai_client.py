@@ -42,15 +42,7 @@ def client(postgres_stack) -> openai.OpenAI:
 
 @pytest.fixture(scope="module")
 def fixed_spec(postgres_stack) -> str:
-    created = postgres_stack.manage(
-        "shell",
-        "-c",
-        "from decoding.models import ModelSpec; s = ModelSpec.objects.get(name='"
-        + MODEL
-        + f"'); s.pk = None; s.name = '{FIXED}'; s.draft_schedule = 'fixed'; s.save()",
-    )
-    assert created.returncode == 0, describe(created)
-    return FIXED
+    return postgres_stack.copy_spec(MODEL, FIXED, draft_schedule="fixed")
 
 
 @pytest.fixture(scope="module")
@@ -103,16 +95,9 @@ def recorded_logprobs(stack: Stack, job_id: str) -> list[tuple[float, list[tuple
 @pytest.fixture(scope="module")
 def logprobs_spec(postgres_stack) -> str:
     """The default model with a fixed schedule, whose records may keep 5 alternatives."""
-    created = postgres_stack.manage(
-        "shell",
-        "-c",
-        "from decoding.models import ModelSpec; s = ModelSpec.objects.get(name='"
-        + MODEL
-        + "'); s.pk = None; s.name = 'smollm2-logprobs'; s.draft_schedule = 'fixed'; "
-        "s.top_logprobs = 5; s.save()",
+    return postgres_stack.copy_spec(
+        MODEL, "smollm2-logprobs", draft_schedule="fixed", top_logprobs=5
     )
-    assert created.returncode == 0, describe(created)
-    return "smollm2-logprobs"
 
 
 def test_chat_logprobs_are_the_records_own(client, postgres_stack, logprobs_spec):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from decoding.engine import GenerationParams
-from decoding.engine.sampling import decimal, sample, warp
+from decoding.engine.sampling import decimal, sample, top_tokens, warp
 
 
 def softmax(z):
@@ -95,3 +95,20 @@ def test_decimal_is_the_shortest_string_that_reads_back_exactly():
 def test_decimal_refuses_values_with_no_place_in_a_record():
     with pytest.raises(ValueError):
         decimal(float("nan"))
+
+
+@pytest.mark.parametrize("n", [1, 3, 20])
+def test_top_tokens_are_the_full_sorts_first_n_ties_to_the_lower_id(n):
+    rng = np.random.default_rng(n)
+    for _ in range(50):
+        row = rng.choice([0.0, 0.01, 0.02, 0.05, 0.1], size=200)  # many ties, some zeros
+        row = row / row.sum()
+        order = sorted(range(len(row)), key=lambda t: (-row[t], t))[:n]
+        expected = tuple((t, float(row[t])) for t in order if row[t] > 0)
+        assert top_tokens(row, n) == expected
+
+
+def test_top_tokens_of_a_short_or_empty_request():
+    row = np.array([0.5, 0.0, 0.5])
+    assert top_tokens(row, 10) == ((0, 0.5), (2, 0.5))
+    assert top_tokens(row, 0) == ()
