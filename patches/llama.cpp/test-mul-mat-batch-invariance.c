@@ -1,0 +1,148 @@
+// Batch invariance of the CPU backend's mat-mul: every column of a mul_mat of n columns must equal,
+// bit for bit, the type's vec_dot run on that column alone (the single-token path), for every n.
+//
+// Cases: Q8_0 weights against F32 activations (a model's projections and LM head) and F16 against
+// F32 (attention products), contiguous and as permuted, broadcast views (grouped-query attention),
+// with random rows, rows that quantize to +-127 everywhere, and sparse rows; n = 1..40 and prefill
+// sizes up to 520, on 1, 2 and 3 threads. Prints the first differing element and exits 1.
+//
+//   usage: test-mul-mat-batch-invariance [max_threads]
+
+#include "ggml.h"
+#include "ggml-cpu.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static float rnd(void) {  // xorshift64*: uniform in [-1, 1)
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (float) ((rng_state * 0x2545F4914F6CDD1Dull) >> 40) / (float) (1 << 23) - 1.0f;
+}
+
+enum fill { FILL_RANDOM, FILL_EXTREME, FILL_SPARSE };
+
+static void fill_values(float * v, int64_t count, enum fill how) {
+    for (int64_t i = 0; i < count; ++i) {
+        switch (how) {
+            case FILL_RANDOM:  v[i] = rnd() * (1.0f + 3.0f * (float) ((i / 32) % 3)); break;
+            case FILL_EXTREME: v[i] = rnd() < 0.0f ? -8.0f : 8.0f; break;  // every quant at +-127
+            case FILL_SPARSE:  v[i] = rnd() > 0.9f ? rnd() * 50.0f : 0.0f; break;
+        }
+    }
+}
+
+// The single-token reference: the type's vec_dot on one weight row and one column.
+static float reference_dot(enum ggml_type type, int64_t k, const void * row, const float * col) {
+    const struct ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
+    const enum ggml_type vt = traits->vec_dot_type;
+    void * qcol = malloc(ggml_row_size(vt, k));
+    if (vt == GGML_TYPE_F32) {
+        memcpy(qcol, col, k * sizeof(float));
+    } else {
+        ggml_get_type_traits_cpu(vt)->from_float(col, qcol, k);
+    }
+    float out = 0.0f;
+    traits->vec_dot((int) k, &out, 0, row, 0, qcol, 0, 1);
+    free(qcol);
+    return out;
+}
+
+static int failures = 0;
+
+// dst = mul_mat(W, X) for W [k, m] of `type` and X [k, n] f32, computed by the backend with `threads`.
+// With `gqa`, W and X are viewed as attention operands: W [k, m, 3 heads] permuted, X [k, n, 9 heads].
+static void check(enum ggml_type type, int64_t k, int64_t m, int64_t n, int threads, enum fill how, int gqa) {
+    const int64_t heads_w = gqa ? 3 : 1, heads_x = gqa ? 9 : 1;
+    struct ggml_init_params ip = { .mem_size = 512 * 1024 * 1024, .mem_buffer = NULL, .no_alloc = false };
+    struct ggml_context * ctx = ggml_init(ip);
+
+    struct ggml_tensor * w;
+    struct ggml_tensor * x;
+    float * wf = malloc(sizeof(float) * k * m * heads_w);
+    fill_values(wf, k * m * heads_w, how);
+    if (gqa) {
+        // as a KV cache: [k, heads, m] stored, viewed [k, m, heads] by a permute
+        struct ggml_tensor * w_store = ggml_new_tensor_3d(ctx, type, k, heads_w, m);
+        ggml_quantize_chunk(type, wf, w_store->data, 0, heads_w * m, k, NULL);
+        w = ggml_permute(ctx, w_store, 0, 2, 1, 3);
+        struct ggml_tensor * x_store = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, k, heads_x, n);
+        fill_values((float *) x_store->data, k * heads_x * n, FILL_RANDOM);
+        x = ggml_permute(ctx, x_store, 0, 2, 1, 3);
+    } else {
+        w = ggml_new_tensor_2d(ctx, type, k, m);
+        ggml_quantize_chunk(type, wf, w->data, 0, m, k, NULL);
+        x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
+        fill_values((float *) x->data, k * n, FILL_RANDOM);
+    }
+    struct ggml_tensor * y = ggml_mul_mat(ctx, w, x);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, y);
+    ggml_graph_compute_with_ctx(ctx, gf, threads);
+
+    float * col = malloc(sizeof(float) * k);
+    for (int64_t h = 0; h < heads_x && failures < 5; ++h) {
+        for (int64_t j = 0; j < n && failures < 5; ++j) {
+            for (int64_t e = 0; e < k; ++e) {
+                col[e] = *(const float *) ((const char *) x->data + e * x->nb[0] + j * x->nb[1] + h * x->nb[2]);
+            }
+            const char * w_plane = (const char *) w->data + (h / (heads_x / heads_w)) * w->nb[2];
+            for (int64_t i = 0; i < m; ++i) {
+                const float want = reference_dot(type, k, w_plane + i * w->nb[1], col);
+                const float got = *(const float *) ((const char *) y->data + i * y->nb[0] + j * y->nb[1] + h * y->nb[2]);
+                if (memcmp(&want, &got, sizeof(float)) != 0) {
+                    printf("FAIL %s k=%lld m=%lld n=%lld threads=%d fill=%d gqa=%d: head %lld col %lld row %lld: "
+                           "batched %.9g, single-token %.9g\n",
+                           ggml_type_name(type), (long long) k, (long long) m, (long long) n, threads, (int) how, gqa,
+                           (long long) h, (long long) j, (long long) i, got, want);
+                    failures++;
+                    break;
+                }
+            }
+        }
+    }
+    free(col);
+    free(wf);
+    ggml_free(ctx);
+}
+
+int main(int argc, char ** argv) {
+    const int max_threads = argc > 1 ? atoi(argv[1]) : 3;
+    int cases = 0;
+    const enum ggml_type types[] = { GGML_TYPE_Q8_0, GGML_TYPE_F16 };
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); ++t) {
+        const enum ggml_type type = types[t];
+        for (int threads = 1; threads <= max_threads; ++threads) {
+            for (int64_t n = 1; n <= 40; ++n) {
+                check(type, 576, 100, n, threads, (enum fill) (n % 3), 0);
+                check(type, 1536, 36, n, threads, FILL_RANDOM, 0);
+                cases += 2;
+            }
+            for (int64_t n = 1; n <= 20; n += 3) {
+                check(type, 64, 260, n, threads, FILL_RANDOM, 1);  // KQ-like: head_dim 64, 260 cached keys
+                cases++;
+                if (type == GGML_TYPE_F16) {
+                    check(type, 100, 37, n, threads, FILL_RANDOM, 0);  // a row length with leftovers
+                    cases++;
+                }
+            }
+        }
+        const int64_t prefill[] = { 63, 64, 65, 129, 520 };
+        for (size_t p = 0; p < sizeof(prefill) / sizeof(prefill[0]); ++p) {
+            check(type, 576, 48, prefill[p], max_threads, FILL_RANDOM, 0);
+            cases++;
+        }
+    }
+    if (failures) {
+        printf("batch invariance: FAILED (%d differing results)\n", failures);
+        return 1;
+    }
+    printf("batch invariance: %d cases, every column bit-identical to the single-token vec_dot\n", cases);
+    return 0;
+}

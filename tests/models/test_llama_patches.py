@@ -1,0 +1,51 @@
+"""The llama.cpp that `make install` puts in .venv: built with patches/llama.cpp, named by its
+patch set in every record, and bit for bit batch-invariant in its mat-mul kernels (the C test
+patches/llama.cpp/test-mul-mat-batch-invariance.c, compiled here against the installed library)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+
+import llama_cpp
+import pytest
+
+from decoding.engine.providers.llamacpp import runtime_version
+
+ROOT = Path(__file__).resolve().parents[2]
+PATCHES = ROOT / "patches" / "llama.cpp"
+C_TEST = PATCHES / "test-mul-mat-batch-invariance.c"
+
+spec = importlib.util.spec_from_file_location("llama_wheel", ROOT / "scripts" / "llama_wheel.py")
+wheel_script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(wheel_script)
+
+
+def test_the_installed_llama_cpp_is_built_with_this_checkouts_patch_set():
+    version, _, label = llama_cpp.__version__.partition("+")
+    assert label == wheel_script.patch_set(), (
+        f"llama_cpp {llama_cpp.__version__} is not built with patches/llama.cpp as they are "
+        f"now ({wheel_script.patch_set()}): run make install"
+    )
+    assert version == "0.3.36"
+
+
+def test_records_name_the_patch_set_in_their_runtime_version():
+    assert f"+{wheel_script.patch_set()} (" in runtime_version()
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler on this machine")
+def test_every_batch_size_is_bit_identical_to_the_single_token_kernel(tmp_path):
+    package = Path(llama_cpp.__file__).parent
+    library, include = package / "lib", package.parent / "include"
+    binary = tmp_path / "test-mul-mat-batch-invariance"
+    subprocess.run(
+        ["gcc", "-O2", "-o", str(binary), str(C_TEST), f"-I{include}", f"-L{library}",
+         "-lggml", "-lggml-base", "-lggml-cpu", "-lm", f"-Wl,-rpath,{library}"],
+        check=True,
+    )  # fmt: skip
+    run = subprocess.run([str(binary), "2"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "every column bit-identical to the single-token vec_dot" in run.stdout
