@@ -93,21 +93,48 @@ class Child:
             costs[n] = time.perf_counter() - started
         return costs
 
+    def row(self, index: int):
+        import numpy as np
+
+        pointer = self.llama_cpp.llama_get_logits_ith(self.ctx, index)
+        return np.ctypeslib.as_array(pointer, shape=(self.llama.n_vocab(),)).copy()
+
     def greedy(self, prompt, n: int) -> dict:
-        """Plain decoding: the prompt, then one token per call, argmax each time."""
+        """Plain decoding: the prompt, then one token per call, argmax each time; with each
+        step's gap between its two largest logits."""
         import numpy as np
 
         self.prefill(prompt[:-1])  # the last prompt token is the first call's
-        tokens, context = [], list(prompt)
-        vocab = self.llama.n_vocab()
+        tokens, gaps, context = [], [], list(prompt)
         started = time.perf_counter()
         for _ in range(n):
             self.decode([context[-1]], len(context) - 1, 1)
-            pointer = self.llama_cpp.llama_get_logits_ith(self.ctx, 0)
-            token = int(np.argmax(np.ctypeslib.as_array(pointer, shape=(vocab,))))
+            logits = self.row(0)
+            token = int(np.argmax(logits))
             tokens.append(token)
             context.append(token)
-        return {"tokens": tokens, "seconds": time.perf_counter() - started}
+            top_two = np.partition(logits, -2)[-2:]
+            gaps.append(float(abs(top_two[1] - top_two[0])))
+        return {"tokens": tokens, "gaps": gaps, "seconds": time.perf_counter() - started}
+
+    def logits_digest(self, way: str) -> str:
+        """SHA-256 of the logits of every position of the text's first 150 tokens, decoded one
+        token per call ("sequential") or in one prefill chunk with every position's logits."""
+        import hashlib
+
+        import numpy as np
+
+        tokens = self.text[:150]
+        self.llama_cpp.llama_memory_clear(self.memory, True)
+        rows = []
+        if way == "sequential":
+            for i, token in enumerate(tokens):
+                self.decode([token], i, 1)
+                rows.append(self.row(0))
+        else:
+            self.decode(tokens, 0, len(tokens))
+            rows = [self.row(i) for i in range(len(tokens))]
+        return hashlib.sha256(np.stack(rows).tobytes()).hexdigest()
 
     def serve(self) -> None:
         self.prefill(self.text[:PREFIX])
@@ -122,6 +149,8 @@ class Child:
                 answer = self.prefill(command["prompt"][:-1])
             elif command["op"] == "greedy":
                 answer = self.greedy(command["prompt"], command["n"])
+            elif command["op"] == "logits":
+                answer = self.logits_digest(command["way"])
             else:
                 raise SystemExit(f"unknown command {command}")
             own = os.times()
@@ -221,21 +250,32 @@ def measure(processes: dict, workloads: dict, rounds: int) -> dict:
 
 
 def exactness(processes: dict, workloads: dict) -> list[dict]:
+    """Per held-out prompt, plain greedy decoding on both builds: how many of the tokens differ,
+    where the first does, and how close the two largest logits were there on each build."""
     rows = []
     for kind in ("extraction", "summary", "open"):
         for number, prompt in enumerate(workloads[kind]):
-            greedy = {
-                b: processes[b].ask(op="greedy", prompt=prompt, n=GREEDY_TOKENS)["tokens"]
-                for b in BUILDS
+            runs = {
+                b: processes[b].ask(op="greedy", prompt=prompt, n=GREEDY_TOKENS) for b in BUILDS
             }
-            a, b = greedy["unpatched"], greedy["patched"]
+            a, b = runs["unpatched"]["tokens"], runs["patched"]["tokens"]
             first = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
+            gaps = {} if first is None else {k: round(r["gaps"][first], 4) for k, r in runs.items()}
             rows.append({
                 "prompt": f"{kind} {number}", "tokens": len(a),
                 "differing": sum(x != y for x, y in zip(a, b, strict=True)),
-                "first_difference": first,
+                "first_difference": first, "top_two_gap_there": gaps,
             })  # fmt: skip
     return rows
+
+
+def logits_digests(processes: dict) -> dict:
+    """The logits of 150 positions, one token per call and in one chunk, on each build."""
+    return {
+        f"{build} {way}": processes[build].ask(op="logits", way=way)
+        for build in BUILDS
+        for way in ("sequential", "chunk")
+    }
 
 
 def ratios(curve: dict) -> dict:
@@ -273,12 +313,29 @@ def markdown(report: dict) -> str:
         "",
         "Greedy tokens of plain decoding, patched against unpatched, on every held-out prompt:",
         "",
-        "| prompt | tokens | differing | first difference |",
-        "|---|---:|---:|---:|",
+        "| prompt | tokens | differing | first difference | top-two logit gap there, "
+        "unpatched / patched |",
+        "|---|---:|---:|---:|---:|",
     ]
     for row in report["exactness"]:
         first = "-" if row["first_difference"] is None else row["first_difference"]
-        lines.append(f"| {row['prompt']} | {row['tokens']} | {row['differing']} | {first} |")
+        gaps = row["top_two_gap_there"]
+        gap = f"{gaps['unpatched']} / {gaps['patched']}" if gaps else "-"
+        lines.append(
+            f"| {row['prompt']} | {row['tokens']} | {row['differing']} | {first} | {gap} |"
+        )
+    digests = report["logits_sha256"]
+    reference = digests["unpatched sequential"]
+    lines += [
+        "",
+        "Logits of 150 positions of held-out text (SHA-256 of the float32 array), one token per "
+        "call and in one chunk:",
+        "",
+        "| build, way | SHA-256 (first 16) | equal to unpatched one token per call |",
+        "|---|---|---|",
+    ]
+    for name, digest in digests.items():
+        lines.append(f"| {name} | {digest[:16]} | {'yes' if digest == reference else 'no'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -317,6 +374,7 @@ def main(argv=None) -> int:
         try:
             measured = measure(processes, workloads, args.rounds)
             exact = exactness(processes, workloads) if not args.quick else []
+            digests = logits_digests(processes)
             wall = time.perf_counter() - started
             busy1, _ = cpu_seconds()
             children = sum(p.cpu_s for p in processes.values())
@@ -337,6 +395,7 @@ def main(argv=None) -> int:
         "rounds": args.rounds,
         "measured": measured,
         "exactness": exact,
+        "logits_sha256": digests,
     }
     text = markdown(report)
     if not args.quick:
