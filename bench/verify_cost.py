@@ -64,8 +64,8 @@ class Child:
     def patched(self) -> bool:
         import ctypes
 
-        library = Path(self.llama_cpp.__file__).parent / "lib"
-        library = Path(os.environ.get("LLAMA_CPP_LIB_PATH", library))
+        bundled = Path(self.llama_cpp.__file__).parent / "lib"
+        library = Path(os.environ.get("LLAMA_CPP_LIB_PATH", bundled))
         cpu = ctypes.CDLL(str(library / "libggml-cpu.so"))
         return hasattr(cpu, "ggml_cpu_bi_mul_mat_applies")
 

@@ -96,7 +96,7 @@ def _load(spec: ModelSpec) -> LoadedModels:
     verify_cost = None
     if spec.draft_schedule == ModelSpec.Schedule.ADAPTIVE and spec.provider != StubKind.name:
         verify_cost = measure_verify_cost(
-            target, _curve_context(tokenizer), positions=CURVE_POSITIONS
+            target, curve_context(tokenizer), positions=CURVE_POSITIONS
         )
     return LoadedModels(spec.name, drafter, target, tokenizer, verify_cost)
 
@@ -108,7 +108,8 @@ CURVE_POSITIONS = (1, 2, 3, 4, 5, 6, 7, 9, 12, 16)
 CURVE_CONTEXT_TOKENS = 512
 
 
-def _curve_context(tokenizer: Tokenizer) -> list[int]:
+def curve_context(tokenizer: Tokenizer) -> list[int]:
+    """The context the curve is timed on: a sentence repeated to CURVE_CONTEXT_TOKENS tokens."""
     sentence = tokenizer.encode("The verify cost is measured once, when the model loads. ")
     return (sentence * (CURVE_CONTEXT_TOKENS // len(sentence) + 1))[:CURVE_CONTEXT_TOKENS]
 

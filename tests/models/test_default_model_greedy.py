@@ -11,7 +11,6 @@ exception. The prompts are bench/data/heldout's, written before the kernels they
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from bench.heldout import prompts as heldout_prompts
@@ -88,4 +87,3 @@ def test_every_recorded_p_is_what_sequential_decoding_computes(target, held_out,
         alone = target.next_distributions(before, 1, params)[0]
         assert alone[verdict.correction_token] == verdict.correction_p, f"step {record.step}"
         context.extend(record.emitted)
-    assert np.isfinite([r.verdict.correction_p for r in sink.records]).all()

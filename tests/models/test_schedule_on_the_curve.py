@@ -13,7 +13,7 @@ from decoding.engine import (
     SpeculativeDecoder,
     measure_verify_cost,
 )
-from decoding.runtime import CURVE_POSITIONS, _curve_context
+from decoding.runtime import CURVE_POSITIONS, curve_context
 
 CLAUSE = (
     "The Supplier shall deliver five hundred units of the Product to the Buyer's warehouse in "
@@ -28,7 +28,7 @@ PROMPT = (
 
 def test_a_fresh_worker_drafts_an_obvious_copy_from_its_first_steps(make_llama, served_gguf, sink):
     target = make_llama(path=served_gguf)
-    curve = measure_verify_cost(target, _curve_context(target.tokenizer), CURVE_POSITIONS)
+    curve = measure_verify_cost(target, curve_context(target.tokenizer), CURVE_POSITIONS)
 
     schedule = MatchSchedule(8, curve, MatchStatistics())  # nothing learnt yet, as at start-up
     decoder = SpeculativeDecoder(PromptLookupDrafter(target.vocab_size), target, sink)
