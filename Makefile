@@ -61,6 +61,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	@# The OpenAPI schema: no warning, and no drift from the committed docs/openapi.yaml.
+	mkdir -p var
 	$(PY) manage.py spectacular --validate --fail-on-warn --file var/openapi.yaml
 	diff -u docs/openapi.yaml var/openapi.yaml || \
 		(echo "docs/openapi.yaml is stale: run make schema and commit it" && exit 1)
