@@ -1,10 +1,18 @@
-// Batch invariance of the CPU backend's mat-mul: every column of a mul_mat of n columns must equal,
-// bit for bit, the type's vec_dot run on that column alone (the single-token path), for every n.
+// Batch invariance of the CPU backend's mat-mul: every element of a mul_mat of n columns must
+// equal, bit for bit, one reference computed on that weight row and column alone, for every n,
+// every number of rows and threads:
+//
+//   Q8_0 on x86 with AVX2 (batch-invariant.c): blocks in order, exact int32 sums, then
+//       acc = fmaf(fp32(x.d) * fp32(y.d), (float) isum, acc)       (reference_q8_0 below);
+//   F16, and Q8_0 elsewhere: the type's vec_dot on that column alone (the single-token path).
 //
 // Cases: Q8_0 weights against F32 activations (a model's projections and LM head) and F16 against
 // F32 (attention products), contiguous and as permuted, broadcast views (grouped-query attention),
-// with random rows, rows that quantize to +-127 everywhere, and sparse rows; n = 1..40 and prefill
-// sizes up to 520, on 1, 2 and 3 threads. Prints the first differing element and exits 1.
+// with random rows, rows that quantize to +-127 everywhere, sparse rows, and Q8_0 weights holding
+// -128 (a quantizer never writes it; a file may); n = 1..40 and prefill sizes up to 520; row
+// counts that leave short tiles; rows of up to 4160 values; 1, 2 and 3 threads. Prints the first
+// differing element and exits 1. Compile with -ffp-contract=off (the references' products stay
+// rounded).
 //
 //   usage: test-mul-mat-batch-invariance [max_threads]
 
@@ -26,7 +34,7 @@ static float rnd(void) {  // xorshift64*: uniform in [-1, 1)
     return (float) ((rng_state * 0x2545F4914F6CDD1Dull) >> 40) / (float) (1 << 23) - 1.0f;
 }
 
-enum fill { FILL_RANDOM, FILL_EXTREME, FILL_SPARSE };
+enum fill { FILL_RANDOM, FILL_EXTREME, FILL_SPARSE, FILL_MIN_QUANT };
 
 static void fill_values(float * v, int64_t count, enum fill how) {
     for (int64_t i = 0; i < count; ++i) {
@@ -34,11 +42,40 @@ static void fill_values(float * v, int64_t count, enum fill how) {
             case FILL_RANDOM:  v[i] = rnd() * (1.0f + 3.0f * (float) ((i / 32) % 3)); break;
             case FILL_EXTREME: v[i] = rnd() < 0.0f ? -8.0f : 8.0f; break;  // every quant at +-127
             case FILL_SPARSE:  v[i] = rnd() > 0.9f ? rnd() * 50.0f : 0.0f; break;
+            case FILL_MIN_QUANT: v[i] = rnd(); break;  // then quants set to -128: see set_min_quants
         }
     }
 }
 
-// The single-token reference: the type's vec_dot on one weight row and one column.
+typedef struct {  // ggml's block_q8_0: an fp16 scale and 32 signed quants
+    ggml_fp16_t d;
+    int8_t qs[32];
+} q8_0_block;
+
+// Every 7th quant of Q8_0 weights to -128, the one value whose sign cannot be flipped in int8.
+static void set_min_quants(void * data, int64_t blocks) {
+    q8_0_block * b = data;
+    for (int64_t i = 0; i < blocks * 32; i += 7) {
+        b[i / 32].qs[i % 32] = -128;
+    }
+}
+
+// The Q8_0 order of batch-invariant.c, in scalar C.
+static float reference_q8_0(int64_t k, const q8_0_block * x, const q8_0_block * y) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < k / 32; ++b) {
+        int32_t isum = 0;
+        for (int i = 0; i < 32; ++i) {
+            isum += (int32_t) x[b].qs[i] * (int32_t) y[b].qs[i];
+        }
+        const float d = ggml_fp16_to_fp32(x[b].d) * ggml_fp16_to_fp32(y[b].d);
+        acc = fmaf(d, (float) isum, acc);
+    }
+    return acc;
+}
+
+// The reference for one weight row and one column: the order above for Q8_0 where the patch has
+// its kernel (x86 with AVX2), else the type's vec_dot on that column alone (the single-token path).
 static float reference_dot(enum ggml_type type, int64_t k, const void * row, const float * col) {
     const struct ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
     const enum ggml_type vt = traits->vec_dot_type;
@@ -49,7 +86,11 @@ static float reference_dot(enum ggml_type type, int64_t k, const void * row, con
         ggml_get_type_traits_cpu(vt)->from_float(col, qcol, k);
     }
     float out = 0.0f;
-    traits->vec_dot((int) k, &out, 0, row, 0, qcol, 0, 1);
+    if (type == GGML_TYPE_Q8_0 && ggml_cpu_has_avx2()) {
+        out = reference_q8_0(k, row, qcol);
+    } else {
+        traits->vec_dot((int) k, &out, 0, row, 0, qcol, 0, 1);
+    }
     free(qcol);
     return out;
 }
@@ -78,6 +119,9 @@ static void check(enum ggml_type type, int64_t k, int64_t m, int64_t n, int thre
     } else {
         w = ggml_new_tensor_2d(ctx, type, k, m);
         ggml_quantize_chunk(type, wf, w->data, 0, m, k, NULL);
+        if (how == FILL_MIN_QUANT) {
+            set_min_quants(w->data, m * k / 32);
+        }
         x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
         fill_values((float *) x->data, k * n, FILL_RANDOM);
     }
@@ -98,7 +142,7 @@ static void check(enum ggml_type type, int64_t k, int64_t m, int64_t n, int thre
                 const float got = *(const float *) ((const char *) y->data + i * y->nb[0] + j * y->nb[1] + h * y->nb[2]);
                 if (memcmp(&want, &got, sizeof(float)) != 0) {
                     printf("FAIL %s k=%lld m=%lld n=%lld threads=%d fill=%d gqa=%d: head %lld col %lld row %lld: "
-                           "batched %.9g, single-token %.9g\n",
+                           "batched %.9g, reference %.9g\n",
                            ggml_type_name(type), (long long) k, (long long) m, (long long) n, threads, (int) how, gqa,
                            (long long) h, (long long) j, (long long) i, got, want);
                     failures++;
@@ -123,6 +167,11 @@ int main(int argc, char ** argv) {
                 check(type, 576, 100, n, threads, (enum fill) (n % 3), 0);
                 check(type, 1536, 36, n, threads, FILL_RANDOM, 0);
                 cases += 2;
+                if (type == GGML_TYPE_Q8_0 && n % 4 == 1) {
+                    check(type, 4160, 21, n, threads, FILL_RANDOM, 0);  // 130 blocks: more than one segment
+                    check(type, 96, 9, n, threads, FILL_MIN_QUANT, 0);
+                    cases += 2;
+                }
             }
             for (int64_t n = 1; n <= 20; n += 3) {
                 check(type, 64, 260, n, threads, FILL_RANDOM, 1);  // KQ-like: head_dim 64, 260 cached keys
@@ -143,6 +192,7 @@ int main(int argc, char ** argv) {
         printf("batch invariance: FAILED (%d differing results)\n", failures);
         return 1;
     }
-    printf("batch invariance: %d cases, every column bit-identical to the single-token vec_dot\n", cases);
+    printf("batch invariance: %d cases, every element bit-identical to its one-row, one-column reference "
+           "(Q8_0: %s; F16: vec_dot)\n", cases, ggml_cpu_has_avx2() ? "the block order of batch-invariant.c" : "vec_dot");
     return 0;
 }
