@@ -42,8 +42,8 @@ def test_every_batch_size_is_bit_identical_to_the_single_token_kernel(tmp_path):
     library, include = package / "lib", package.parent / "include"
     binary = tmp_path / "test-mul-mat-batch-invariance"
     subprocess.run(
-        ["gcc", "-O2", "-ffp-contract=off", "-o", str(binary), str(C_TEST), f"-I{include}", f"-L{library}",
-         "-lggml", "-lggml-base", "-lggml-cpu", "-lm", f"-Wl,-rpath,{library}"],
+        ["gcc", "-O2", "-ffp-contract=off", "-o", str(binary), str(C_TEST), f"-I{include}",
+         f"-L{library}", "-lggml", "-lggml-base", "-lggml-cpu", "-lm", f"-Wl,-rpath,{library}"],
         check=True,
     )  # fmt: skip
     run = subprocess.run([str(binary), "2"], capture_output=True, text=True, timeout=300)
