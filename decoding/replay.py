@@ -58,16 +58,21 @@ FIELD_ORDER = (
 def replay_request(*, job: GenerationJob, user=None) -> Replay:
     """Queue a replay of a finished job (once committed); OverCapacity (admission) when the
     reviewer asking has as many in flight as they may."""
-    if job.trail_id is None or job.status not in (
-        GenerationJob.Status.SUCCEEDED,
-        GenerationJob.Status.FAILED,
-    ):
+    if not replayable(job):
         raise ValueError("only a finished job with a trail can be replayed")
     if user is not None:
         admission.admit_replay(user=user)
     replay = Replay.objects.create(job=job, trail_id=job.trail_id, requested_by=user)
     transaction.on_commit(lambda: _enqueue(replay.id))
     return replay
+
+
+def replayable(job: GenerationJob) -> bool:
+    """A finished job (succeeded or failed) with a trail."""
+    return job.trail_id is not None and job.status in (
+        GenerationJob.Status.SUCCEEDED,
+        GenerationJob.Status.FAILED,
+    )
 
 
 def _enqueue(replay_id: uuid.UUID) -> None:
@@ -142,32 +147,10 @@ def replay_run(*, replay_id: uuid.UUID) -> None:
     if not claimed:
         return
     replay = Replay.objects.select_related("job__model_spec").get(pk=replay_id)
-    job = replay.job
-    recorded = [
-        json.loads(payload)
-        for payload in trail_decisions(trail_id=replay.trail_id).values_list("payload", flat=True)
-    ]
     try:
-        models, _ = runtime.models_for(job.model_spec)
-        sink = _Collect()
-        decoder = SpeculativeDecoder(
-            _drafter_for(models, job, recorded), models.target, sink, tokenizer=models.tokenizer
+        steps, first = replay_decisions(
+            job=replay.job, trail_id=replay.trail_id, cancelled=_renew(replay_id)
         )
-        schedule = ReplaySchedule([record["draft_length"] for record in recorded])
-        stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
-        overran = False
-        try:
-            decoder.generate(
-                request_for(job), schedule=schedule, stop=stop, cancelled=_renew(replay_id)
-            )
-        except ReplayOverrun:
-            # The replay wanted a step the recording does not have. A failed job's trail ends
-            # early by design; a succeeded one's must not.
-            overran = job.status == GenerationJob.Status.SUCCEEDED
-        replayed = [record.payload() for record in sink.records]
-        if overran:
-            replayed.append({"step": len(recorded), "<note>": "the replay went on"})
-        steps, first = compare(recorded, replayed)
     except Exception as exc:
         logger.exception("replay failed", extra={"replay_id": str(replay_id)})
         Replay.objects.filter(pk=replay_id).update(
@@ -182,6 +165,47 @@ def replay_run(*, replay_id: uuid.UUID) -> None:
         steps=steps,
         finished_at=timezone.now(),
     )
+
+
+def replay_decisions(
+    *, job: GenerationJob, trail_id: uuid.UUID | None = None, cancelled=None
+) -> tuple[list[dict], dict | None]:
+    """Re-run a finished job alone, in this process, under the draft lengths its records state,
+    and compare every step with its trail (`trail_id`, default the job's): the per-step verdicts
+    and the first divergence (None when identical). `cancelled` is the decoder's check between
+    steps."""
+    if not replayable(job):
+        raise ValueError("only a finished job with a trail can be replayed")
+    recorded = [
+        json.loads(payload)
+        for payload in trail_decisions(trail_id=trail_id or job.trail_id).values_list(
+            "payload", flat=True
+        )
+    ]
+    models, _ = runtime.models_for(job.model_spec)
+    sink = _Collect()
+    decoder = SpeculativeDecoder(
+        _drafter_for(models, job, recorded), models.target, sink, tokenizer=models.tokenizer
+    )
+    schedule = ReplaySchedule([record["draft_length"] for record in recorded])
+    stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
+    overran = False
+    try:
+        decoder.generate(
+            request_for(job), schedule=schedule, stop=stop, cancelled=cancelled or _never
+        )
+    except ReplayOverrun:
+        # The replay wanted a step the recording does not have. A failed job's trail ends
+        # early by design; a succeeded one's must not.
+        overran = job.status == GenerationJob.Status.SUCCEEDED
+    replayed = [record.payload() for record in sink.records]
+    if overran:
+        replayed.append({"step": len(recorded), "<note>": "the replay went on"})
+    return compare(recorded, replayed)
+
+
+def _never() -> bool:
+    return False
 
 
 def _lease_until():

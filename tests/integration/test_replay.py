@@ -64,3 +64,38 @@ def test_a_replay_on_the_real_default_model_is_identical(owner):
     replay = replayed(job)
     assert replay.status == "done", replay.error
     assert replay.identical is True, replay.first_divergence
+
+
+def test_manage_py_replay_prints_identical_for_each_job_and_exits_0(run_job):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    greedy, sampled = run_job(max_tokens=24, temperature=0.0), run_job(max_tokens=24, seed=5)
+    out = StringIO()
+    call_command("replay", str(greedy.id), str(sampled.id), stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        f"{greedy.id}: identical ({greedy.steps} steps)",
+        f"{sampled.id}: identical ({sampled.steps} steps)",
+    ]
+
+
+def test_manage_py_replay_names_the_first_divergence_and_fails(run_job, settings):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    job = run_job(max_tokens=20, temperature=1.0)
+    settings.PATHFINDER_STUB_DRAFT_NOISE = 2.0
+    runtime._loaded.clear()  # a process whose draft model is not the recorded one
+    out = StringIO()
+    try:
+        with pytest.raises(CommandError, match="2 of 2 jobs did not replay identical"):
+            call_command("replay", str(job.id), "not-a-job", stdout=out)
+    finally:
+        runtime._loaded.clear()
+    first, unknown = out.getvalue().splitlines()
+    assert first.startswith(f"{job.id}: differs at step 0, field draft: recorded ")
+    assert "noise=2.0" in first
+    assert unknown == "not-a-job: no such job"
