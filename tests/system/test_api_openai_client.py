@@ -28,6 +28,8 @@ MODEL = "smollm2-135m-instruct"
 FIXED = "smollm2-fixed"
 PROMPT = "Copy this line exactly: The parties agree to keep the terms confidential."
 MESSAGES = [{"role": "user", "content": "Name three primary colours, comma separated."}]
+# An answer that runs to max_tokens, so that a stream has several commits to arrive in.
+LONG_MESSAGES = [{"role": "user", "content": "Write a paragraph on the history of contract law."}]
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +223,9 @@ def test_no_chunk_arrives_before_its_record_is_committed(client, postgres_stack,
     if kind == "completion":
         call = client.completions.with_streaming_response.create(prompt=PROMPT, **params)
     else:
-        call = client.chat.completions.with_streaming_response.create(messages=MESSAGES, **params)
+        call = client.chat.completions.with_streaming_response.create(
+            messages=LONG_MESSAGES, **params
+        )
     streamed, chunks, last = "", 0, None
     with call as response:
         job_id = response.headers["X-Pathfinder-Job"]
