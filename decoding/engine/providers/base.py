@@ -36,6 +36,16 @@ class ModelIdentity:
         return asdict(self)
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two sequences share (what a KV cache can keep)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class Provider(ABC):
     """A model seen as one forward pass over a context.
 

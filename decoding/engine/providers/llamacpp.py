@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 import weakref
 from collections.abc import Sequence
 
@@ -20,25 +19,11 @@ import numpy as np
 from ..model_files import source_sha256
 from ..tokenizer import Tokenizer
 from ..weights import component_hashes, weights_sha256
-from .base import ModelIdentity, Provider
+from .base import ModelIdentity, Provider, common_prefix
+from .model_thread import MODEL_THREAD
 from .prompt_cache import PromptCache
 
-# One llama.cpp call at a time in this process, across every LlamaCppProvider. llama.cpp's
-# worker threads busy-wait between graph nodes, so a draft and a target evaluating at once
-# would each spin on cores the other needs, slower than running one after the other. The lock
-# also keeps each provider's record of its KV cache consistent with the cache itself.
-_MODEL_CALLS = threading.Lock()
-
 _SEQUENCE = 0  # one sequence in the cache: the prefix shared with the last call, any request's
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def build_features() -> str:
@@ -194,18 +179,37 @@ class LlamaCppProvider(Provider):
             **component_hashes(model_path),
         )
 
+    @property
+    def model(self):
+        """The loaded llama.cpp model (a BatchEngine makes its own context on it)."""
+        return self._llama.model
+
+    @property
+    def context_params(self) -> llama_cpp.llama_context_params:
+        """The parameters this provider's context was made with (threads, batch, cache types)."""
+        return self._llama.context_params
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    @property
+    def n_batch(self) -> int:
+        return self._n_batch
+
     def prefill(self, context: Sequence[int]) -> int:
         # The last prompt token is left for the first logits call, which needs its logits.
-        prompt = list(context[:-1])
-        with _MODEL_CALLS:
-            reused = _common_prefix(self._cached, prompt)
-            if self._prompts is not None:
-                hit = self._prompts.longest(prompt)
-                if hit is not None and hit.shared > reused and self._restore(hit.saved):
-                    reused = hit.shared
-            self._evaluate(prompt, 0)
-            if self._prompts is not None and reused < len(prompt):
-                self._save(prompt)
+        return MODEL_THREAD.run(self._prefill, list(context[:-1]))
+
+    def _prefill(self, prompt: list[int]) -> int:
+        reused = common_prefix(self._cached, prompt)
+        if self._prompts is not None:
+            hit = self._prompts.longest(prompt)
+            if hit is not None and hit.shared > reused and self._restore(hit.saved):
+                reused = hit.shared
+        self._evaluate(prompt, 0)
+        if self._prompts is not None and reused < len(prompt):
+            self._save(prompt)
         return reused
 
     def _save(self, prompt: list[int]) -> None:
@@ -228,8 +232,9 @@ class LlamaCppProvider(Provider):
         return True
 
     def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
-        with _MODEL_CALLS:
-            return self._evaluate(list(context), num_positions)
+        # On the model thread, which also keeps this provider's record of its KV cache
+        # consistent with the cache itself.
+        return MODEL_THREAD.run(self._evaluate, list(context), num_positions)
 
     def _evaluate(self, tokens: list[int], outputs: int) -> np.ndarray:
         """Bring the KV cache to `tokens`; return logits for its last `outputs` positions."""
@@ -238,7 +243,7 @@ class LlamaCppProvider(Provider):
         if not 0 <= outputs <= len(tokens):
             raise ValueError(f"{outputs} positions asked of a context of {len(tokens)} tokens")
         first_output = len(tokens) - outputs
-        start = self._truncate(min(_common_prefix(self._cached, tokens), first_output))
+        start = self._truncate(min(common_prefix(self._cached, tokens), first_output))
         if any(not 0 <= token < self.vocab_size for token in tokens[start:]):
             # llama.cpp aborts the whole process on an out-of-range token: refuse it here.
             raise ValueError(f"token ids must be in 0..{self.vocab_size - 1}")

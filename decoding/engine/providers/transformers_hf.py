@@ -28,21 +28,12 @@ from transformers import (
 
 from ..tokenizer import Tokenizer
 from ..weights import component_hashes, weights_sha256
-from .base import ModelIdentity, Provider
+from .base import ModelIdentity, Provider, common_prefix
 
 # One forward pass at a time in this process, across every TransformersProvider: torch's
 # intra-op threads already use every core, so a draft and a target running at once would only
 # contend for them. The lock also keeps each provider's record of its KV cache consistent.
 _MODEL_CALLS = threading.Lock()
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class HFTokenizer(Tokenizer):
@@ -219,7 +210,7 @@ class TransformersProvider(Provider):
         # The last prompt token is left for the first logits call, which needs its logits.
         prompt = list(context[:-1])
         with _MODEL_CALLS:
-            reused = _common_prefix(self._cached, prompt)
+            reused = common_prefix(self._cached, prompt)
             self._evaluate(prompt, 0)
         return reused
 
@@ -233,7 +224,7 @@ class TransformersProvider(Provider):
         if not 0 <= outputs <= len(tokens):
             raise ValueError(f"{outputs} positions asked of a context of {len(tokens)} tokens")
         # The last `outputs` tokens are evaluated even if cached: logits come only for inputs.
-        start = min(_common_prefix(self._cached, tokens), len(tokens) - outputs)
+        start = min(common_prefix(self._cached, tokens), len(tokens) - outputs)
         if start < len(self._cached):
             self._cache.crop(start - len(self._cached))  # a negative count removes that many
             del self._cached[start:]

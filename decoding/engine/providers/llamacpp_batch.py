@@ -1,0 +1,324 @@
+"""Many sequences decoded together by one llama.cpp context: a worker's continuous batching.
+
+One forward pass reads every weight once however many positions it carries, so the verify
+positions of several jobs cost little more together than one job's alone. The engine owns a
+second context on the loaded model with one KV stream per sequence slot (llama.cpp's kv_unified
+off): a sequence's cells start at cell 0 of its own stream in position order, exactly where a
+context holding it alone puts them, so with the batch-invariant kernels (patches/llama.cpp) a
+position's logits are bit for bit what the sequence alone gets, whoever shares the pass
+(tests/models/test_batch_engine.py).
+
+Each job's decoder runs in its own thread and sees a `SequenceProvider`; its model calls become
+requests the engine thread gathers into steps. llama.cpp computes one pass over streams only when
+each sequence brings the same number of tokens and their slots are consecutive, else it splits
+the batch into several passes; a step therefore pads every slot in its range to the longest
+request with filler tokens whose logits nobody reads and whose cells are removed at once.
+Prompts longer than a step's positions are evaluated in chunks of their own, one chunk between
+steps, so a new long prompt does not stall the sequences already decoding.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import llama_cpp
+import numpy as np
+
+from .base import Provider, common_prefix
+from .llamacpp import LlamaCppProvider
+from .model_thread import MODEL_THREAD
+
+# Tokens a request may bring to a step; a longer evaluation (a prompt, a lost cache) goes in
+# chunks of its own first. Above any draft length a schedule asks for (at most 16 + 1).
+STEP_POSITIONS = 32
+# A long evaluation goes in chunks of at most this many tokens, one between two steps.
+PREFILL_CHUNK = 256
+# A step waits this long at most for every open sequence to send its next request: long enough
+# for a step's bookkeeping (verify, record, commit) in every job thread, short enough that one
+# slow commit does not hold the others back for long.
+GATHER_S = 0.02
+
+
+class EngineClosed(RuntimeError):
+    """The engine stopped (its worker is shutting down, or a pass failed past repair)."""
+
+
+@dataclass
+class _Slot:
+    index: int
+    cached: list[int] = field(default_factory=list)  # the tokens its stream holds, in order
+    open: bool = False
+
+
+@dataclass
+class _Request:
+    slot: _Slot
+    tokens: list[int]
+    outputs: int  # logits wanted for the last `outputs` positions of tokens
+    start: int = -1  # first position not yet evaluated (-1: not yet looked at)
+    rows: list[np.ndarray] = field(default_factory=list)
+    reused: int = 0  # leading tokens found in the slot's stream
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def first_output(self) -> int:
+        return len(self.tokens) - self.outputs
+
+    @property
+    def remaining(self) -> int:
+        return len(self.tokens) - self.start
+
+
+class BatchEngine:
+    """Decodes up to `sequences` sequences of one loaded llama.cpp model together.
+
+    `open()` hands a job a SequenceProvider bound to a free slot (blocking while none is); its
+    `close()` frees the slot. A slot's stream keeps the last job's tokens, so a job whose prompt
+    shares a prefix with its slot's previous job evaluates only the rest.
+    """
+
+    def __init__(
+        self,
+        base: LlamaCppProvider,
+        *,
+        sequences: int,
+        step_positions: int = STEP_POSITIONS,
+        gather_s: float = GATHER_S,
+    ) -> None:
+        if sequences < 1:
+            raise ValueError(f"sequences must be at least 1, got {sequences}")
+        self.base = base
+        self.sequences = sequences
+        self._step_positions = step_positions
+        self._gather_s = gather_s
+        self._n_ctx = base.n_ctx
+        self._n_batch = base.n_batch
+        # Each stream holds a whole context plus a step's filler, in whole blocks of 256 cells
+        # (llama.cpp's padding: any other size is rounded down, dropping cells).
+        params = llama_cpp.llama_context_params()
+        size = ctypes.sizeof(params)
+        ctypes.memmove(ctypes.byref(params), ctypes.byref(base.context_params), size)
+        params.n_seq_max = sequences
+        params.kv_unified = False
+        params.n_ctx = sequences * -(-(self._n_ctx + step_positions) // 256) * 256
+        params.n_batch = params.n_ubatch = max(PREFILL_CHUNK, sequences * step_positions)
+        self._ctx = llama_cpp.llama_init_from_model(base.model, params)
+        if not self._ctx:
+            raise RuntimeError(f"llama.cpp could not make a context for {sequences} sequences")
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(params.n_batch, 0, 1)
+        self._slots = [_Slot(i) for i in range(sequences)]
+        self._pending: list[_Request] = []
+        self._lock = threading.Condition()
+        self._closed = False
+        self.passes = 0  # llama_decode calls, for tests and metrics
+        self.positions = 0  # positions those passes carried, filler included
+        self._thread = threading.Thread(target=self._run, name="batch-engine", daemon=True)
+        self._thread.start()
+        weakref.finalize(self, _free, self._ctx, self._batch)
+
+    # -- the job threads' side ------------------------------------------------------------------
+
+    def open(self, timeout: float | None = None) -> SequenceProvider:
+        """A provider bound to a free slot: the lowest, so busy slots stay consecutive."""
+        with self._lock:
+            if not self._lock.wait_for(
+                lambda: self._closed or any(not s.open for s in self._slots), timeout
+            ):
+                raise TimeoutError("no free sequence slot")
+            if self._closed:
+                raise EngineClosed("the batch engine is closed")
+            slot = next(s for s in self._slots if not s.open)
+            slot.open = True
+        return SequenceProvider(self, slot)
+
+    def release(self, slot: _Slot) -> None:
+        with self._lock:
+            slot.open = False
+            self._lock.notify_all()
+
+    def submit(self, slot: _Slot, tokens: list[int], outputs: int) -> _Request:
+        if len(tokens) > self._n_ctx:
+            raise ValueError(f"context of {len(tokens)} tokens exceeds n_ctx {self._n_ctx}")
+        if not 0 <= outputs <= len(tokens):
+            raise ValueError(f"{outputs} positions asked of a context of {len(tokens)} tokens")
+        vocab = self.base.vocab_size
+        if any(not 0 <= token < vocab for token in tokens):
+            # llama.cpp aborts the whole process on an out-of-range token: refuse it here.
+            raise ValueError(f"token ids must be in 0..{vocab - 1}")
+        request = _Request(slot, tokens, outputs)
+        with self._lock:
+            if self._closed:
+                raise EngineClosed("the batch engine is closed")
+            self._pending.append(request)
+            self._lock.notify_all()
+        request.done.wait()
+        if request.error is not None:
+            raise request.error
+        return request
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        self._thread.join()
+
+    # -- the engine thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                self._lock.wait_for(lambda: self._closed or self._pending)
+                if self._closed:
+                    for request in self._pending:
+                        _finish(request, EngineClosed("the batch engine is closed"))
+                    return
+                # Gather: every open sequence's next request, or what came within gather_s.
+                deadline = time.monotonic() + self._gather_s
+                self._lock.wait_for(
+                    lambda: len(self._pending) >= sum(s.open for s in self._slots),
+                    max(0.0, deadline - time.monotonic()),
+                )
+                work = list(self._pending)
+            try:
+                finished = MODEL_THREAD.run(self._step, work)
+            except Exception as exc:  # a failed pass fails its requests, never the engine
+                self._forget(work)
+                finished = [(request, exc) for request in work]
+            with self._lock:
+                for request, error in finished:
+                    self._pending.remove(request)
+                    _finish(request, error)
+
+    def _step(self, work: list[_Request]) -> list[tuple[_Request, BaseException | None]]:
+        """One step: the requests that fit a step together in one pass, then one chunk of the
+        oldest longer evaluation. Returns the requests completed."""
+        for request in work:
+            if request.start < 0:
+                self._begin(request)
+        finished = [(r, None) for r in work if r.remaining == 0]
+        ready = [r for r in work if 0 < r.remaining <= self._step_positions]
+        if ready:
+            self._pass(ready)
+            finished += [(r, None) for r in ready]
+        long = next((r for r in work if r.remaining > self._step_positions), None)
+        if long is not None:
+            self._chunk(long)
+        return finished
+
+    def _begin(self, request: _Request) -> None:
+        """Drop the slot's cached tokens past what the request shares (and past its first
+        output, whose logits only a pass produces)."""
+        slot = request.slot
+        keep = min(common_prefix(slot.cached, request.tokens), request.first_output)
+        if keep < len(slot.cached):
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.index, keep, -1)
+            del slot.cached[keep:]
+        request.start = request.reused = keep
+
+    def _pass(self, requests: list[_Request]) -> None:
+        """Evaluate every request's remaining tokens in one pass, each slot from the lowest to
+        the highest in it padded to the same length (llama.cpp's condition for one pass)."""
+        width = max(r.remaining for r in requests)
+        by_slot = {r.slot.index: r for r in requests}
+        low, high = min(by_slot), max(by_slot)
+        entries = []  # (slot, tokens, first output position, request)
+        for index in range(low, high + 1):
+            slot = self._slots[index]
+            request = by_slot.get(index)
+            real = request.tokens[request.start :] if request else []
+            last = real[-1] if real else (slot.cached[-1] if slot.cached else 0)
+            first = request.first_output if request else len(slot.cached) + width
+            entries.append((slot, [*real, *[last] * (width - len(real))], first, request))
+        self._decode(entries)
+        for slot, _, _, request in entries:
+            if request is not None:
+                slot.cached.extend(request.tokens[request.start :])
+                request.start = len(request.tokens)
+            # The filler's cells go at once: the stream again holds exactly slot.cached.
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.index, len(slot.cached), -1)
+
+    def _chunk(self, request: _Request) -> None:
+        """Evaluate the next chunk of a long evaluation in a pass of its own."""
+        slot = request.slot
+        chunk = request.tokens[request.start : request.start + PREFILL_CHUNK]
+        self._decode([(slot, chunk, request.first_output, request)])
+        slot.cached.extend(chunk)
+        request.start += len(chunk)
+
+    def _decode(self, entries) -> None:
+        batch = self._batch
+        n = 0
+        wanted = []  # (request, batch index)
+        for slot, tokens, first_output, request in entries:
+            start = len(slot.cached)
+            for i, token in enumerate(tokens):
+                output = start + i >= first_output
+                batch.token[n] = token
+                batch.pos[n] = start + i
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = slot.index
+                batch.logits[n] = output
+                if output and request is not None and start + i < len(request.tokens):
+                    wanted.append((request, n))
+                n += 1
+        batch.n_tokens = n
+        status = llama_cpp.llama_decode(self._ctx, batch)
+        self.passes += 1
+        self.positions += n
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status}")
+        vocab = self.base.vocab_size
+        for request, index in wanted:
+            pointer = llama_cpp.llama_get_logits_ith(self._ctx, index)
+            request.rows.append(np.ctypeslib.as_array(pointer, shape=(vocab,)).copy())
+
+    def _forget(self, work: list[_Request]) -> None:
+        """After a failed pass its streams may hold part of it: empty them."""
+        for slot in {r.slot.index: r.slot for r in work}.values():
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.index, -1, -1)
+            slot.cached.clear()
+
+
+def _finish(request: _Request, error: BaseException | None) -> None:
+    request.error = error
+    request.done.set()
+
+
+def _free(ctx, batch) -> None:
+    llama_cpp.llama_batch_free(batch)
+    llama_cpp.llama_free(ctx)
+
+
+class SequenceProvider(Provider):
+    """One job's view of a BatchEngine: the base model's provider contract, on one slot."""
+
+    def __init__(self, engine: BatchEngine, slot: _Slot) -> None:
+        self._engine = engine
+        self._slot = slot
+        self.identity = engine.base.identity
+        self.vocab_size = engine.base.vocab_size
+        self.tokenizer = engine.base.tokenizer
+
+    def prefill(self, context: Sequence[int]) -> int:
+        # The last prompt token is left for the first logits call, which needs its logits.
+        return self._engine.submit(self._slot, list(context[:-1]), 0).reused
+
+    def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
+        rows = self._engine.submit(self._slot, list(context), num_positions).rows
+        return np.stack(rows) if rows else np.empty((0, self.vocab_size), dtype=np.float32)
+
+    def close(self) -> None:
+        self._engine.release(self._slot)
+
+    def __enter__(self) -> SequenceProvider:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,248 @@
+"""Continuous batching on the real model (issue 21 items 1 and 4): jobs decoded together by one
+BatchEngine, each in its own thread, make the records they make alone, byte for byte but the
+timings, whoever their neighbours are and however full the batch is.
+
+The jobs are the held-out prompts (bench/data/heldout: legal documents with questions, and open
+text), greedy and sampled. Each batched job is replayed alone, on the examiner's configuration (a
+LlamaCppProvider: one sequence, llama-cpp-python's default context), under the draft lengths its
+records state, as `manage.py replay` does.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from decoding.engine import (
+    FixedSchedule,
+    GenerationParams,
+    GenerationRequest,
+    PromptLookupDrafter,
+    ReplaySchedule,
+    SpeculativeDecoder,
+)
+from decoding.engine.providers.llamacpp_batch import PREFILL_CHUNK, BatchEngine
+
+from .conftest import ListSink
+
+HELDOUT = Path(__file__).resolve().parents[2] / "bench" / "data" / "heldout"
+N_CTX = 2048
+MAX_TOKENS = 40
+
+
+def chatml(user: str, system: str | None = None) -> str:
+    turns = [("system", system)] if system else []
+    turns.append(("user", user))
+    text = "".join(f"<|im_start|>{role}\n{content}<|im_end|>\n" for role, content in turns)
+    return text + "<|im_start|>assistant\n"
+
+
+def held_out_prompts(tokenizer) -> list[list[int]]:
+    """Questions about the held-out documents (each document cut to its first 1,500 characters,
+    so sixteen fit in memory) interleaved with the open-text prompts."""
+    data = json.loads((HELDOUT / "prompts.json").read_text())
+    documents = {k: (HELDOUT / v).read_text()[:1500] for k, v in data["documents"].items()}
+    asked = [
+        chatml(f"{documents[item['document']]}\n\n{item['question']}", data["system"])
+        for item in [*data["extraction"], *data["summary"]]
+    ]
+    texts = [text for pair in zip(asked, data["open"], strict=False) for text in pair]
+    texts += asked[len(data["open"]) :] + data["open"][len(asked) :]
+    return [tokenizer.encode(text, add_special=False) for text in texts]
+
+
+@pytest.fixture(scope="module")
+def base(make_llama, served_gguf):
+    return make_llama(path=served_gguf, n_ctx=N_CTX)
+
+
+@pytest.fixture(scope="module")
+def jobs(base) -> list[GenerationRequest]:
+    """Sixteen jobs: every held-out prompt, greedy and sampled in turn, as many times as needed."""
+    prompts = held_out_prompts(base.tokenizer)
+    requests = []
+    for i in range(16):
+        sampled = i % 2 == 1
+        params = GenerationParams(
+            max_tokens=MAX_TOKENS,
+            temperature=0.8 if sampled else 0.0,
+            seed=1000 + i,
+            draft_length=6,
+            eos_token_id=base.tokenizer.eos_token_id,
+        )
+        requests.append(GenerationRequest(f"job-{i}", tuple(prompts[i % len(prompts)]), params))
+    return requests
+
+
+def decode(provider, request: GenerationRequest, schedule) -> tuple[list[dict], object]:
+    sink = ListSink()
+    drafter = PromptLookupDrafter(provider.vocab_size)
+    decoder = SpeculativeDecoder(drafter, provider, sink, tokenizer=provider.tokenizer)
+    result = decoder.generate(request, schedule=schedule)
+    return [_without_timings(record.payload()) for record in sink.records], result
+
+
+def _without_timings(payload: dict) -> dict:
+    return {key: value for key, value in payload.items() if key != "timings_us"}
+
+
+def decode_together(engine: BatchEngine, requests) -> list[tuple[list[dict], object]]:
+    """Every request in a thread of its own on one engine, all started at once."""
+    results: list = [None] * len(requests)
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(requests))
+
+    def job(i: int) -> None:
+        try:
+            start.wait()
+            with engine.open(timeout=60) as sequence:
+                results[i] = decode(sequence, requests[i], FixedSchedule(6))
+        except BaseException as exc:  # reported by the test below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert not errors, errors
+    return results
+
+
+def replay_alone(base, request: GenerationRequest, records: list[dict]) -> list[dict]:
+    schedule = ReplaySchedule([record["draft_length"] for record in records])
+    return decode(base, request, schedule)[0]
+
+
+def assert_same_records(batched: list[dict], alone: list[dict], request_id: str) -> None:
+    assert len(batched) == len(alone), f"{request_id}: {len(batched)} steps, {len(alone)} alone"
+    for step, (got, want) in enumerate(zip(batched, alone, strict=True)):
+        differing = sorted(key for key in {*got, *want} if got.get(key) != want.get(key))
+        assert not differing, f"{request_id} step {step}: {differing} differ"
+
+
+@pytest.mark.parametrize(("size", "first"), [(2, 0), (8, 3), (16, 5)])
+def test_jobs_decoded_in_a_batch_make_the_records_they_make_alone(base, jobs, size, first):
+    # A different window of the jobs each time, so a job meets different neighbours.
+    requests = [jobs[(first + i) % len(jobs)] for i in range(size)]
+    engine = BatchEngine(base, sequences=size)
+    try:
+        batched = decode_together(engine, requests)
+        passes = engine.passes
+    finally:
+        engine.close()
+
+    steps = sum(result.steps for _, result in batched)
+    assert passes < steps, f"{passes} passes for {steps} steps: the jobs never shared a pass"
+    for request, (records, result) in zip(requests, batched, strict=True):
+        assert result.output_token_ids
+        assert_same_records(records, replay_alone(base, request, records), request.request_id)
+
+
+def test_a_sequence_gets_the_logits_of_the_examiners_context_bit_for_bit(base, jobs):
+    """Logits of prompt ends and verify batches, with and without neighbours in the pass."""
+    prompt = list(jobs[0].prompt_token_ids)
+    tail = [int(t) for t in np.random.default_rng(7).integers(100, 20000, size=9)]
+    want = base.logits([*prompt, *tail], 10)
+    engine = BatchEngine(base, sequences=3)
+    try:
+        with engine.open() as alone:
+            alone.prefill(prompt)
+            assert np.array_equal(alone.logits([*prompt, *tail], 10), want)
+        neighbours = [list(jobs[i].prompt_token_ids) for i in (1, 2)]
+        got = {}
+
+        def run(i: int, context: list[int], positions: int) -> None:
+            with engine.open() as sequence:
+                sequence.prefill(context[:-positions])
+                got[i] = sequence.logits(context, positions)
+
+        threads = [threading.Thread(target=run, args=(0, [*prompt, *tail], 10))]
+        threads += [
+            threading.Thread(target=run, args=(i + 1, [*n, *tail[: 2 * i + 1]], 2 * i + 1))
+            for i, n in enumerate(neighbours)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        engine.close()
+    assert np.array_equal(got[0], want)
+    for i, n in enumerate(neighbours):
+        context = [*n, *tail[: 2 * i + 1]]
+        assert np.array_equal(got[i + 1], base.logits(context, 2 * i + 1))
+
+
+def test_a_long_prompt_is_taken_in_chunks_while_the_others_decode(base, jobs):
+    """A prompt of several chunks arriving mid-decode: the sequence already decoding keeps
+    stepping between its chunks, and both get their own logits."""
+    short = list(jobs[1].prompt_token_ids)[:40]
+    long = (list(jobs[0].prompt_token_ids) * 3)[: 3 * PREFILL_CHUNK + 10]
+    engine = BatchEngine(base, sequences=2)
+    try:
+        with engine.open() as decoding, engine.open() as arriving:
+            decoding.prefill(short)
+            prefilled = threading.Event()
+
+            def prefill_long() -> None:
+                arriving.prefill(long)
+                prefilled.set()
+
+            thread = threading.Thread(target=prefill_long)
+            context, rows = list(short), []
+            thread.start()
+            while not prefilled.is_set() and len(context) < N_CTX - 1:
+                rows.append(decoding.logits(context, 1)[0])
+                context.append(int(rows[-1].argmax()))
+            thread.join(timeout=120)
+            last = arriving.logits(long, 1)
+    finally:
+        engine.close()
+    assert len(rows) >= 2, "the decoding sequence waited for the whole prompt"
+    assert np.array_equal(last, base.logits(long, 1))
+    for i, row in enumerate(rows):
+        assert np.array_equal(row, base.logits(context[: len(short) + i], 1)[0]), i
+
+
+def test_a_slots_next_job_reuses_the_prompt_prefix_its_stream_holds(base, jobs):
+    prompt = list(jobs[0].prompt_token_ids)
+    engine = BatchEngine(base, sequences=1)
+    try:
+        with engine.open() as first:
+            assert first.prefill(prompt) == 0
+        question = [*prompt[:-5], *base.tokenizer.encode(" Who signs?", add_special=False)]
+        with engine.open() as second:
+            assert second.prefill(question) == len(prompt) - 5
+            got = second.logits(question, 1)
+    finally:
+        engine.close()
+    assert np.array_equal(got, base.logits(question, 1))
+
+
+def test_a_bad_token_fails_its_own_sequence_only(base, jobs):
+    engine = BatchEngine(base, sequences=2)
+    try:
+        with engine.open() as good, engine.open() as bad:
+            with pytest.raises(ValueError, match="token ids"):
+                bad.logits([1, 2, base.vocab_size], 1)
+            context = list(jobs[2].prompt_token_ids)
+            assert np.array_equal(good.logits(context, 2), base.logits(context, 2))
+    finally:
+        engine.close()
+
+
+def test_open_waits_for_a_free_slot(base):
+    engine = BatchEngine(base, sequences=1)
+    try:
+        held = engine.open()
+        with pytest.raises(TimeoutError):
+            engine.open(timeout=0.2)
+        threading.Timer(0.2, held.close).start()
+        engine.open(timeout=5).close()
+    finally:
+        engine.close()
