@@ -63,7 +63,15 @@ def percentile(values: list[float], q: float) -> float | None:
 class Stack:
     """gunicorn and two workers on a database and a Celery queue of the run's own."""
 
-    def __init__(self, log_dir: Path, threads: int):
+    def __init__(
+        self,
+        log_dir: Path,
+        threads: int,
+        workers: tuple[str, ...] = ("w1", "w2"),
+        sequences: int | None = None,
+    ):
+        """Workers decoding one job at a time each (--concurrency 1), or, given `sequences`,
+        batching workers started as the README says with PATHFINDER_WORKER_SEQUENCES set."""
         suffix = secrets.token_hex(4)
         self.database = f"pathfinder_load_{suffix}"
         admin = os.environ.get(
@@ -87,6 +95,10 @@ class Stack:
             "PATHFINDER_SECRET_KEY": secrets.token_urlsafe(50),
             "PATHFINDER_METRICS_TOKEN": OPS_TOKEN,
         }
+        if sequences is not None:
+            self.env["PATHFINDER_WORKER_SEQUENCES"] = str(sequences)
+        self.workers = workers
+        self.worker_flags = [] if sequences is not None else ["--concurrency", "1"]
         self.log_dir = log_dir
         self.processes: list[subprocess.Popen] = []
 
@@ -103,14 +115,14 @@ class Stack:
         self._spawn("gunicorn", [sys.executable, "-m", "gunicorn",
                                  "pathfinder_site.wsgi:application", "--bind",
                                  f"127.0.0.1:{self.port}", "--workers", "2"])  # fmt: skip
-        for name in ("w1", "w2"):
+        for name in self.workers:
             self._spawn(name, [sys.executable, "-m", "celery", "-A", "pathfinder_site", "worker",
-                               "--concurrency", "1", "-n", f"{name}-load@%h"])  # fmt: skip
+                               *self.worker_flags, "-n", f"{name}-load@%h"])  # fmt: skip
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
                 ready = requests.get(f"{self.base}/readyz", headers=OPS_HEADERS, timeout=5).json()
-                if ready["ready"] and ready["checks"]["workers"]["count"] >= 2:
+                if ready["ready"] and ready["checks"]["workers"]["count"] >= len(self.workers):
                     return key
             except (requests.RequestException, ValueError):
                 pass
@@ -134,6 +146,17 @@ class Stack:
                 os.killpg(process.pid, signal.SIGKILL)
         with psycopg.connect(self.admin_url, autocommit=True) as db:
             db.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+
+
+def wait_finished(session, base: str, headers: dict, job_id: str, timeout: float = 600) -> dict:
+    """Poll a job until it has finished; its last state."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = session.get(f"{base}/api/v1/generations/{job_id}", headers=headers,
+                          timeout=30).json()  # fmt: skip
+        if job["status"] in FINISHED or time.monotonic() > deadline:
+            return job
+        time.sleep(0.02)
 
 
 def run_clients(base: str, key: str, clients: int, seconds: float, max_tokens: int) -> dict:
@@ -170,12 +193,7 @@ def run_clients(base: str, key: str, clients: int, seconds: float, max_tokens: i
             with lock:
                 submits.append(submitted_at - started)
                 submitted.append(job_id)
-            while True:
-                job = session.get(f"{base}/api/v1/generations/{job_id}", headers=headers,
-                                  timeout=30).json()  # fmt: skip
-                if job["status"] in FINISHED:
-                    break
-                time.sleep(0.02)
+            job = wait_finished(session, base, headers, job_id)
             with lock:
                 completions.append(time.perf_counter() - started)
                 if job["status"] != "succeeded":

@@ -87,6 +87,17 @@ def queue_priority(job: GenerationJob) -> int:
     return min(in_flight, settings.PATHFINDER_QUEUE_PRIORITIES - 1)  # Redis: 0 goes first
 
 
+def others_waiting(matter_id) -> bool:
+    """Whether another matter has a job queued: then a matter holding every other sequence
+    slot of a worker may not take its last (decoding.runtime.matter_slot), so a backlog cannot
+    hold a whole batch while another matter waits."""
+    return (
+        GenerationJob.objects.filter(status=GenerationJob.Status.QUEUED)
+        .exclude(matter_id=matter_id)
+        .exists()
+    )
+
+
 def _retry_after(jobs) -> int:
     """Seconds a typical recent job of these took from start to finish (at least 1)."""
     recent = (

@@ -19,13 +19,14 @@ import time
 import uuid
 from collections.abc import Callable
 
+from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from audit import binding
 from audit.models import Trail
 from audit.store import trail_append, trail_open, trail_seal
-from decoding import events, lifecycle, metrics, references, runtime
+from decoding import admission, events, lifecycle, metrics, references, runtime
 from decoding.claims import job_generation_params, job_request_payload
 from decoding.engine import (
     AuditUnavailable,
@@ -43,12 +44,19 @@ logger = logging.getLogger(__name__)
 STEP_CHECK_S = 0.2
 
 
-class LeaseHeld(Exception):
-    """Another attempt holds the job and may be alive; look again after `retry_in` seconds."""
+class TryLater(Exception):
+    """The job cannot start on this delivery; deliver it again after `retry_in` seconds."""
+
+    def __init__(self, message: str, retry_in: float):
+        super().__init__(message)
+        self.retry_in = retry_in
+
+
+class LeaseHeld(TryLater):
+    """Another attempt holds the job and may be alive; look again once its lease could lapse."""
 
     def __init__(self, retry_in: float):
-        super().__init__(f"job leased for another {retry_in:.1f} s")
-        self.retry_in = retry_in
+        super().__init__(f"job leased for another {retry_in:.1f} s", retry_in)
 
 
 class LostOwnership(Exception):
@@ -60,13 +68,28 @@ def _worker_name() -> str:
 
 
 def job_run(*, job_id: uuid.UUID) -> None:
-    """Decode one job on this worker. Safe to call for any delivery of the job's message."""
+    """Decode one job on this worker. Safe to call for any delivery of the job's message.
+    TryLater when it cannot start now: a live attempt holds it, or this worker's last sequence
+    slot is kept for another matter's waiting job (decoding.runtime.matter_slot)."""
+    matter_id = GenerationJob.objects.filter(pk=job_id).values_list("matter_id", flat=True).first()
+    if matter_id is None:
+        return
+    try:
+        slot = runtime.matter_slot(matter_id, admission.others_waiting)
+        with slot:
+            _run(job_id)
+    except runtime.NoFairSlot as kept:
+        raise TryLater(str(kept), 0) from kept
+
+
+def _run(job_id: uuid.UUID) -> None:
     warmed_ms = _load_before_claiming(job_id)
     claim = _claim(job_id)
     if claim is None:
         return
     job, trail = claim
     attempt = job.attempts
+    metrics.job_started((timezone.now() - job.created_at).total_seconds())
     try:
         models, load_ms = runtime.models_for(job.model_spec)
         load_ms += warmed_ms
@@ -80,10 +103,11 @@ def job_run(*, job_id: uuid.UUID) -> None:
         # A stream's reader is told after each step's commit; other jobs' records batch.
         announce = (lambda: events.publish(job.id)) if job.stream else None
         head = (request.seq + 1, request.record_hash)
-        with sink_for(trail.id, head=head, committed=announce) as sink:
+        # A slot of the worker's batch engine, held while the job decodes (decoding.runtime).
+        with models.sequence() as target, sink_for(trail.id, head=head, committed=announce) as sink:
             decoder = SpeculativeDecoder(
-                drafter=models.drafter,
-                target=models.target,
+                drafter=models.job_drafter(),
+                target=target,
                 sink=sink,
                 tokenizer=models.tokenizer,
             )
@@ -170,16 +194,26 @@ def _claim(job_id: uuid.UUID) -> tuple[GenerationJob, Trail] | None:
     return job, trail
 
 
+class TimeLimitReached(Exception):
+    """The attempt decoded for longer than PATHFINDER_TASK_TIME_LIMIT seconds."""
+
+
 def _step_boundary(job_id: uuid.UUID, attempt: int) -> Callable[[], bool]:
-    """The engine's check between steps: renew the lease, stop if this attempt lost the job,
-    answer whether a cancel was requested. One indexed UPDATE at most every STEP_CHECK_S."""
-    last = time.monotonic()
+    """The engine's check between steps: renew the lease, stop if this attempt lost the job or
+    ran out of time, answer whether a cancel was requested. One indexed UPDATE at most every
+    STEP_CHECK_S. The time limit is kept here because a worker decoding several jobs runs them
+    in threads, which Celery's time limits cannot stop; a prefork worker's hard limit stays as
+    the backstop for a native call that never returns."""
+    started = last = time.monotonic()
+    limit = settings.CELERY_TASK_TIME_LIMIT
 
     def cancelled() -> bool:
         nonlocal last
         if time.monotonic() - last < STEP_CHECK_S:
             return False
         last = time.monotonic()
+        if last - started > limit:
+            raise TimeLimitReached(f"decoding ran past the time limit of {limit} s")
         if not lifecycle.owned(job_id, attempt).update(lease_expires_at=lifecycle.lease_until()):
             raise LostOwnership(str(job_id))
         return lifecycle.owned(job_id, attempt).filter(cancel_requested_at__isnull=False).exists()

@@ -34,12 +34,48 @@ AUDIT_COMMIT_SECONDS = Histogram(
 )
 
 
+OUTPUT_TOKENS = Counter(
+    "pathfinder_output_tokens_total", "Tokens decoded for callers (its rate: tokens/s per worker)"
+)
+QUEUE_WAIT_SECONDS = Histogram(
+    "pathfinder_job_queue_seconds",
+    "From a job's submission to the start of its attempt on a worker",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+)
+BATCH_PASS_SEQUENCES = Histogram(
+    "pathfinder_batch_pass_sequences",
+    "Jobs with positions in each pass of a worker's batch engine (its occupancy)",
+    buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64),
+)
+BATCH_PASS_POSITIONS = Histogram(
+    "pathfinder_batch_pass_positions",
+    "Positions each pass of a batch engine evaluated, the filler that evens them out included",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+)
+BATCH_PASS_SECONDS = Histogram(
+    "pathfinder_batch_pass_seconds",
+    "Time of one pass of a batch engine",
+    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0),
+)
+
+
+def batch_pass(sequences: int, positions: int, seconds: float) -> None:
+    BATCH_PASS_SEQUENCES.observe(sequences)
+    BATCH_PASS_POSITIONS.observe(positions)
+    BATCH_PASS_SECONDS.observe(seconds)
+
+
+def job_started(queued_s: float) -> None:
+    QUEUE_WAIT_SECONDS.observe(queued_s)
+
+
 def job_finished(status: str) -> None:
     JOBS_FINISHED.labels(status=str(status)).inc()
 
 
 def job_decoded(result: GenerationResult) -> None:
     DECODE_STEPS.inc(result.steps)
+    OUTPUT_TOKENS.inc(len(result.output_token_ids))
     DRAFTED.inc(result.drafted)
     ACCEPTED.inc(result.accepted)
     for drafted, accepted in result.step_counts:

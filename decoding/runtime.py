@@ -1,18 +1,26 @@
 """The models a worker decodes with: loaded lazily, once per process, cached by spec.
 
 A worker's first job on a spec pays the load (weights, hashes, the verify-cost measurement);
-later jobs find the models warm. One job decodes at a time per process (Celery concurrency 1
-per process), so the providers' KV caches are never shared between two running jobs.
+later jobs find the models warm. A worker with a threads pool decodes as many jobs at once as it
+has threads (PATHFINDER_WORKER_SEQUENCES, or `-c N`): a llama.cpp target then gets a BatchEngine
+with one sequence slot per thread, and each job decodes on a slot of its own. A prefork worker
+(PATHFINDER_WORKER_SEQUENCES=1) decodes one job at a time per process on the target itself.
 """
 
 from __future__ import annotations
 
 import atexit
+import threading
 import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from decoding import metrics
 from decoding.engine import (
     AdaptiveSchedule,
     Drafter,
@@ -30,6 +38,9 @@ from decoding.kinds.registry import DRAFTER_KINDS, PROVIDER_KINDS
 from decoding.kinds.stub import StubKind
 from decoding.models import ModelSpec
 
+if TYPE_CHECKING:
+    from decoding.engine.providers.llamacpp_batch import BatchEngine
+
 
 @dataclass
 class LoadedModels:
@@ -41,6 +52,25 @@ class LoadedModels:
     verify_cost: dict[int, float] | None
     # What copied drafts' acceptance by match length has been on this worker, job after job.
     match_statistics: MatchStatistics = field(default_factory=MatchStatistics)
+    # The jobs' shared passes over the target, on a worker decoding several jobs at once.
+    engine: BatchEngine | None = None
+
+    @contextmanager
+    def sequence(self) -> Iterator[Provider]:
+        """The target as one job sees it: a slot of the batch engine (held until the job is
+        done), or the target itself on a worker decoding one job at a time."""
+        if self.engine is None:
+            yield self.target
+            return
+        with self.engine.open() as sequence:
+            yield sequence
+
+    def job_drafter(self) -> Drafter:
+        return self.drafter.for_generation()
+
+    def retire(self) -> None:
+        if self.engine is not None:
+            self.engine.retire()
 
     @property
     def drafts_from_references(self) -> bool:
@@ -61,17 +91,59 @@ class LoadedModels:
 
 
 _loaded: dict[tuple[int, object], LoadedModels] = {}
+_loading = threading.Lock()  # the jobs a batching worker starts at once load a spec once
+# Jobs this process decodes at once (decoding.tasks sets it from the worker's pool).
+_sequences = 1
+
+
+def set_worker_sequences(sequences: int) -> None:
+    """How many jobs this process decodes at once: a threads pool's size, else 1."""
+    global _sequences
+    _sequences = max(1, sequences)
+
+
+class NoFairSlot(Exception):
+    """The worker's last free sequence slot is kept for another matter's waiting job."""
+
+
+_held: Counter = Counter()  # this process's running jobs, by matter
+_held_lock = threading.Lock()
+
+
+@contextmanager
+def matter_slot(matter_id, others_waiting: Callable[[object], bool]) -> Iterator[None]:
+    """Hold one of this worker's sequence slots for a job of `matter_id` while it runs. A matter
+    holding every other slot may not take the last one while others_waiting(matter_id) says
+    another matter has a job queued: NoFairSlot, and the job goes back to the queue."""
+    with _held_lock:
+        busy = sum(_held.values())
+        if 1 < _sequences == busy + 1 and _held[matter_id] == busy and others_waiting(matter_id):
+            raise NoFairSlot(f"the last of {_sequences} slots is kept for another matter")
+        _held[matter_id] += 1
+    try:
+        yield
+    finally:
+        with _held_lock:
+            _held[matter_id] -= 1
 
 
 def models_for(spec: ModelSpec) -> tuple[LoadedModels, float]:
     """The spec's models and how long this call spent loading them (0 when warm), in ms."""
     key = (spec.pk, spec.updated_at)  # an edited spec is loaded afresh
-    if key in _loaded:
-        return _loaded[key], 0.0
-    started = time.perf_counter()
-    _loaded.clear()  # one spec resident per worker process; memory is the scarce resource
-    _loaded[key] = _load(spec)
-    return _loaded[key], (time.perf_counter() - started) * 1000
+    with _loading:
+        if key in _loaded:
+            return _loaded[key], 0.0
+        started = time.perf_counter()
+        _release_loaded()  # one spec resident per worker process; memory is the scarce resource
+        _loaded[key] = _load(spec)
+        return _loaded[key], (time.perf_counter() - started) * 1000
+
+
+def _release_loaded() -> None:
+    # A job still decoding on the old spec keeps its models until it is done.
+    for models in _loaded.values():
+        models.retire()
+    _loaded.clear()
 
 
 def tokenizer_for(spec: ModelSpec) -> Tokenizer | None:
@@ -82,7 +154,7 @@ def tokenizer_for(spec: ModelSpec) -> Tokenizer | None:
 @atexit.register
 def _release_models() -> None:
     # Free llama.cpp models while its bindings still exist (not during interpreter teardown).
-    _loaded.clear()
+    _release_loaded()
     files.release()
 
 
@@ -98,7 +170,10 @@ def _load(spec: ModelSpec) -> LoadedModels:
         verify_cost = measure_verify_cost(
             target, curve_context(tokenizer), positions=CURVE_POSITIONS
         )
-    return LoadedModels(spec.name, drafter, target, tokenizer, verify_cost)
+    engine = kind.batch(target, _sequences) if _sequences > 1 else None
+    if engine is not None:
+        engine.on_pass = metrics.batch_pass
+    return LoadedModels(spec.name, drafter, target, tokenizer, verify_cost, engine=engine)
 
 
 # The verify-cost curve is measured at load on this build and machine, at every draft length a

@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from audit.locks import run_exclusively
-from decoding.execution import LeaseHeld, job_run
+from decoding.execution import TryLater, job_run
 from decoding.replay import REPLAY_JOB, replay_run, replays_fail_lost
 from decoding.services import RUN_GENERATION, jobs_recover, trails_seal_orphaned
 
@@ -15,10 +15,11 @@ from decoding.services import RUN_GENERATION, jobs_recover, trails_seal_orphaned
 def run_generation(self, job_id: str) -> None:
     try:
         job_run(job_id=uuid.UUID(job_id))
-    except LeaseHeld as held:
+    except TryLater as later:
         # Another attempt may still be decoding it (a redelivered message): look again once its
         # lease could have lapsed; if its worker died, this delivery starts the next attempt.
-        raise self.retry(countdown=held.retry_in + 1) from held
+        # Or the worker's last slot is kept for another matter: the queue hands it that job.
+        raise self.retry(countdown=later.retry_in + 1) from later
 
 
 def recovery_sweep() -> dict:

@@ -32,6 +32,11 @@ class LlamaCppKind(ProviderKind):
             prompt_cache_bytes=0 if draft else settings.PATHFINDER_PROMPT_CACHE_BYTES,
         )
 
+    def batch(self, target, sequences):
+        from decoding.engine.providers.llamacpp_batch import BatchEngine
+
+        return BatchEngine(target, sequences=sequences)
+
 
 def context_size() -> int:
     """Room for the longest prompt, the longest output and a full draft beyond it."""

@@ -43,8 +43,8 @@ class FaultStack(Stack):
     def start_worker(self, name: str) -> None:
         self.processes[name] = start_process(
             name,
-            [sys.executable, "-m", "celery", "-A", "pathfinder_site", "worker", "--concurrency",
-             "1", "--pool", "prefork", "-n", f"{name}@{socket.gethostname()}",
+            [sys.executable, "-m", "celery", "-A", "pathfinder_site", "worker",
+             "-n", f"{name}@{socket.gethostname()}",
              "--loglevel", "INFO"],
             self.env, self.log_dir,
         )  # fmt: skip

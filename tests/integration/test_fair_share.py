@@ -177,3 +177,40 @@ def test_oversized_inputs_are_a_400_naming_the_field_and_store_nothing(
     assert error.get("field", error.get("param")) == field
     assert says in error["message"]
     assert not GenerationJob.objects.exists()
+
+
+@pytest.fixture
+def three_slots():
+    """This process as a worker decoding three jobs at once (a threads pool of three)."""
+    from decoding import runtime
+
+    runtime.set_worker_sequences(3)
+    yield runtime
+    runtime.set_worker_sequences(1)
+
+
+def test_a_backlog_may_not_take_a_workers_last_slot_while_another_matter_waits(
+    owner, outsider, three_slots
+):
+    from decoding.admission import others_waiting
+    from decoding.execution import TryLater, job_run
+
+    runtime = three_slots
+    backlog = [submit(owner) for _ in range(3)]
+    matter = owner.key.matter_id
+    with runtime.matter_slot(matter, others_waiting), runtime.matter_slot(matter, others_waiting):
+        # Nobody else waits: the backlog may fill the worker.
+        with runtime.matter_slot(matter, others_waiting):
+            pass
+        waiting = submit(outsider)
+        with pytest.raises(TryLater):
+            job_run(job_id=backlog[2].id)
+        deferred = GenerationJob.objects.get(pk=backlog[2].pk)
+        assert deferred.status == GenerationJob.Status.QUEUED and deferred.attempts == 0
+        assert deferred.trail_id is None
+        # The waiting matter's job takes the last slot and runs.
+        job_run(job_id=waiting.id)
+        assert GenerationJob.objects.get(pk=waiting.pk).status == "succeeded"
+    # With slots free again the deferred job runs.
+    job_run(job_id=backlog[2].id)
+    assert GenerationJob.objects.get(pk=backlog[2].pk).status == "succeeded"

@@ -215,3 +215,21 @@ def test_the_sweep_fails_a_replay_whose_worker_died(run_job):
     live.refresh_from_db()
     assert (lapsed.status, live.status) == ("failed", "running")
     assert "worker running the replay was lost" in lapsed.error
+
+
+def test_a_job_decoding_past_the_time_limit_fails_at_its_next_step(
+    submitted, settings, monkeypatch
+):
+    """A worker decoding several jobs runs them in threads, which Celery's time limit cannot
+    stop: the job's own step check ends it, its trail sealed failed, nothing released."""
+    settings.CELERY_TASK_TIME_LIMIT = 1
+    job = submitted(max_tokens=400)
+    clock = [1000.0]
+    monkeypatch.setattr(
+        execution.time, "monotonic", lambda: clock.append(clock[-1] + 0.3) or clock[-1]
+    )
+    job_run(job_id=job.id)
+    job.refresh_from_db()
+    assert (job.status, job.failure) == ("failed", "generation_failed")
+    assert job.output_token_ids == [] and job.output_text == ""
+    assert Trail.objects.get(pk=job.trail_id).outcome == "failed"

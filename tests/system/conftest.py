@@ -90,7 +90,7 @@ def postgres_stack(tmp_path_factory) -> Iterator[Stack]:
                 short,
                 [
                     sys.executable, "-m", "celery", "-A", "pathfinder_site", "worker",
-                    "--concurrency", "1", "--pool", "prefork", "-n", name, "--loglevel", "INFO",
+                    "-n", name, "--loglevel", "INFO",
                 ],
                 env,
                 log_dir,

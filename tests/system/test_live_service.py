@@ -129,6 +129,10 @@ def test_several_jobs_decode_at_once_in_two_worker_processes(postgres_stack):
     assert overlapping, f"no two jobs decoded at the same time: {intervals}"
     # Each worker's own count of the tasks it ran: both took part.
     stats = stack.inspect("stats")
+    # Started as the README says (no pool or concurrency flags): PATHFINDER_WORKER_SEQUENCES
+    # threads, each job on a slot of one batch.
+    pools = {name: stats.get(name, {}).get("pool", {}) for name in stack.worker_names}
+    assert all(pool.get("max-concurrency") == 8 for pool in pools.values()), pools
     taken = {name: stats.get(name, {}).get("total", {}) for name in stack.worker_names}
     assert all(counts.get("decoding.run_generation", 0) >= 1 for counts in taken.values()), taken
 

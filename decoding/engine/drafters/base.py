@@ -78,6 +78,11 @@ class Drafter(ABC):
         Called once per generation, before the target's prefill, and timed with it.
         """
 
+    def for_generation(self) -> Drafter:
+        """A drafter for one generation that may run beside others (a worker batching jobs):
+        this one when it keeps nothing per generation, else a fresh one like it."""
+        return self
+
     @abstractmethod
     def propose(
         self, context: Sequence[int], k: int, params: GenerationParams, *, seed: int, step: int

@@ -67,6 +67,15 @@ class PromptLookupDrafter(Drafter):
         self._cache: tuple[list[int], np.ndarray] = ([], np.empty(0, dtype=np.int64))
         self._references: tuple[Reference, ...] = ()
 
+    def for_generation(self) -> PromptLookupDrafter:
+        # The references are one generation's.
+        return PromptLookupDrafter(
+            self.vocab_size,
+            min_ngram=self.min_ngram,
+            max_ngram=self.max_ngram,
+            identity=self.identity,
+        )
+
     def prefill(self, context: Sequence[int], references: Sequence[Reference] = ()) -> None:
         self._as_array(context)
         self._references = tuple(ref for ref in references if len(ref.tokens) > 1)

@@ -21,7 +21,7 @@ from ..tokenizer import Tokenizer
 from ..weights import component_hashes, weights_sha256
 from .base import ModelIdentity, Provider, common_prefix
 from .model_thread import MODEL_THREAD
-from .prompt_cache import PromptCache
+from .prompt_cache import PromptCache, SavedPrompt
 
 _SEQUENCE = 0  # one sequence in the cache: the prefix shared with the last call, any request's
 
@@ -53,6 +53,28 @@ def fill_batch(batch, tokens: Sequence[int], start: int, first_output: int) -> N
         batch.n_seq_id[i] = 1
         batch.seq_id[i][0] = _SEQUENCE
         batch.logits[i] = start + i >= first_output
+
+
+def save_prompt(ctx, sequence: int, prompts: PromptCache, prompt: list[int]) -> None:
+    """Keep the KV state of `sequence`, which holds exactly `prompt`, in the prompt cache."""
+    size = llama_cpp.llama_state_seq_get_size(ctx, sequence)
+    if size > prompts.capacity_bytes:
+        return
+    state = (ctypes.c_uint8 * size)()
+    written = llama_cpp.llama_state_seq_get_data(ctx, state, size, sequence)
+    if written:
+        prompts.put(prompt, state, written)
+
+
+def restore_prompt(ctx, sequence: int, saved: SavedPrompt) -> bool:
+    """Make `sequence` hold exactly the saved prompt; False (the sequence emptied) if it cannot.
+    A state saved from one context restores into any sequence of another on the same model."""
+    memory = llama_cpp.llama_get_memory(ctx)
+    llama_cpp.llama_memory_seq_rm(memory, sequence, -1, -1)
+    if not llama_cpp.llama_state_seq_set_data(ctx, saved.state, saved.nbytes, sequence):
+        llama_cpp.llama_memory_seq_rm(memory, sequence, -1, -1)
+        return False
+    return True
 
 
 def _token_or_none(token: int) -> int | None:
@@ -197,6 +219,10 @@ class LlamaCppProvider(Provider):
     def n_batch(self) -> int:
         return self._n_batch
 
+    @property
+    def prompt_cache(self) -> PromptCache | None:
+        return self._prompts
+
     def prefill(self, context: Sequence[int]) -> int:
         # The last prompt token is left for the first logits call, which needs its logits.
         return MODEL_THREAD.run(self._prefill, list(context[:-1]))
@@ -205,31 +231,15 @@ class LlamaCppProvider(Provider):
         reused = common_prefix(self._cached, prompt)
         if self._prompts is not None:
             hit = self._prompts.longest(prompt)
-            if hit is not None and hit.shared > reused and self._restore(hit.saved):
-                reused = hit.shared
+            if hit is not None and hit.shared > reused:
+                self._cached.clear()
+                if restore_prompt(self._ctx, _SEQUENCE, hit.saved):
+                    self._cached.extend(hit.saved.tokens)
+                    reused = hit.shared
         self._evaluate(prompt, 0)
         if self._prompts is not None and reused < len(prompt):
-            self._save(prompt)
+            save_prompt(self._ctx, _SEQUENCE, self._prompts, prompt)
         return reused
-
-    def _save(self, prompt: list[int]) -> None:
-        size = llama_cpp.llama_state_seq_get_size(self._ctx, _SEQUENCE)
-        if size > self._prompts.capacity_bytes:
-            return
-        state = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(self._ctx, state, size, _SEQUENCE)
-        if written:
-            self._prompts.put(prompt, state, written)
-
-    def _restore(self, saved) -> bool:
-        """Make the KV cache hold exactly the saved prompt; False (cache emptied) if it cannot."""
-        llama_cpp.llama_memory_seq_rm(self._memory, _SEQUENCE, -1, -1)
-        self._cached.clear()
-        if not llama_cpp.llama_state_seq_set_data(self._ctx, saved.state, saved.nbytes, _SEQUENCE):
-            llama_cpp.llama_memory_clear(self._memory, True)
-            return False
-        self._cached.extend(saved.tokens)
-        return True
 
     def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
         # On the model thread, which also keeps this provider's record of its KV cache

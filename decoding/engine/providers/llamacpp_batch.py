@@ -23,14 +23,14 @@ import ctypes
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import llama_cpp
 import numpy as np
 
 from .base import Provider, common_prefix
-from .llamacpp import LlamaCppProvider
+from .llamacpp import LlamaCppProvider, restore_prompt, save_prompt
 from .model_thread import MODEL_THREAD
 
 # Tokens a request may bring to a step; a longer evaluation (a prompt, a lost cache) goes in
@@ -38,6 +38,10 @@ from .model_thread import MODEL_THREAD
 STEP_POSITIONS = 32
 # A long evaluation goes in chunks of at most this many tokens, one between two steps.
 PREFILL_CHUNK = 256
+# A prompt copies another stream's cells when they hold at least this many of its leading
+# tokens: the copy moves the whole stream (~120 MiB for the default model), as long as
+# evaluating ~60 tokens takes.
+SHARE_MIN_TOKENS = 64
 # A step waits this long at most for every open sequence to send its next request: long enough
 # for a step's bookkeeping (verify, record, commit) in every job thread, short enough that one
 # slow commit does not hold the others back for long.
@@ -112,13 +116,17 @@ class BatchEngine:
         if not self._ctx:
             raise RuntimeError(f"llama.cpp could not make a context for {sequences} sequences")
         self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._prompts = base.prompt_cache  # shared with the base's own prefills
         self._batch = llama_cpp.llama_batch_init(params.n_batch, 0, 1)
         self._slots = [_Slot(i) for i in range(sequences)]
         self._pending: list[_Request] = []
         self._lock = threading.Condition()
         self._closed = False
+        self._retiring = False
         self.passes = 0  # llama_decode calls, for tests and metrics
         self.positions = 0  # positions those passes carried, filler included
+        # Told of each pass: (sequences with positions in it, positions, seconds).
+        self.on_pass: Callable[[int, int, float], None] | None = None
         self._thread = threading.Thread(target=self._run, name="batch-engine", daemon=True)
         self._thread.start()
         weakref.finalize(self, _free, self._ctx, self._batch)
@@ -142,6 +150,17 @@ class BatchEngine:
         with self._lock:
             slot.open = False
             self._lock.notify_all()
+            last = self._retiring and not any(s.open for s in self._slots)
+        if last:
+            self.close()
+
+    def retire(self) -> None:
+        """Close once the last open sequence is released (its worker has loaded another model)."""
+        with self._lock:
+            self._retiring = True
+            idle = not any(s.open for s in self._slots)
+        if idle:
+            self.close()
 
     def submit(self, slot: _Slot, tokens: list[int], outputs: int) -> _Request:
         if len(tokens) > self._n_ctx:
@@ -210,17 +229,47 @@ class BatchEngine:
         long = next((r for r in work if r.remaining > self._step_positions), None)
         if long is not None:
             self._chunk(long)
+        for request, _ in finished:
+            new_prompt = request.outputs == 0 and request.reused < len(request.tokens)
+            if new_prompt and self._prompts is not None:
+                # Its stream holds exactly the prompt: kept for the jobs to come.
+                save_prompt(self._ctx, request.slot.index, self._prompts, request.tokens)
         return finished
 
     def _begin(self, request: _Request) -> None:
         """Drop the slot's cached tokens past what the request shares (and past its first
-        output, whose logits only a pass produces)."""
+        output, whose logits only a pass produces). A prompt first restores the saved state of
+        the worker's prompt cache that shares more of it than the slot holds."""
         slot = request.slot
+        if request.outputs == 0:
+            self._share_prefix(request)
         keep = min(common_prefix(slot.cached, request.tokens), request.first_output)
         if keep < len(slot.cached):
             llama_cpp.llama_memory_seq_rm(self._memory, slot.index, keep, -1)
             del slot.cached[keep:]
         request.start = request.reused = keep
+
+    def _share_prefix(self, request: _Request) -> None:
+        """Start a prompt from the longest prefix of it that any stream or the prompt cache
+        holds. Another slot's cells are copied (llama.cpp seq_cp) to the cells they occupy
+        there, which are their positions, as alone; a copy moves the whole stream, so a short
+        prefix is evaluated instead."""
+        slot, tokens = request.slot, request.tokens
+        own = common_prefix(slot.cached, tokens)
+        donor, shared = max(
+            ((s, common_prefix(s.cached, tokens)) for s in self._slots if s is not slot),
+            key=lambda pair: pair[1],
+            default=(None, 0),
+        )
+        hit = self._prompts.longest(tokens) if self._prompts is not None else None
+        if hit is not None and hit.shared > max(own, shared):
+            slot.cached.clear()
+            if restore_prompt(self._ctx, slot.index, hit.saved):
+                slot.cached.extend(hit.saved.tokens)
+        elif shared >= max(own + 1, SHARE_MIN_TOKENS):
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.index, -1, -1)
+            llama_cpp.llama_memory_seq_cp(self._memory, donor.index, slot.index, -1, -1)
+            slot.cached[:] = donor.cached
 
     def _pass(self, requests: list[_Request]) -> None:
         """Evaluate every request's remaining tokens in one pass, each slot from the lowest to
@@ -269,11 +318,15 @@ class BatchEngine:
                     wanted.append((request, n))
                 n += 1
         batch.n_tokens = n
+        started = time.perf_counter()
         status = llama_cpp.llama_decode(self._ctx, batch)
         self.passes += 1
         self.positions += n
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status}")
+        if self.on_pass is not None:
+            working = sum(request is not None for *_, request in entries)
+            self.on_pass(working, n, time.perf_counter() - started)
         vocab = self.base.vocab_size
         for request, index in wanted:
             pointer = llama_cpp.llama_get_logits_ith(self._ctx, index)

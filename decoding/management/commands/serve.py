@@ -27,8 +27,9 @@ class Command(BaseCommand):
         env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(_fresh_metrics_dir())}
         beat_schedule = settings.VAR_DIR / "celerybeat-schedule"
         worker = subprocess.Popen(
-            [python, "-m", "celery", "-A", "pathfinder_site", "worker", "--concurrency", "1",
-             "--beat", "--schedule", str(beat_schedule)],
+            # The worker decodes PATHFINDER_WORKER_SEQUENCES jobs at once, as in production.
+            [python, "-m", "celery", "-A", "pathfinder_site", "worker", "--beat", "--schedule",
+             str(beat_schedule)],
             env=env,
         )  # fmt: skip
         web = subprocess.Popen(

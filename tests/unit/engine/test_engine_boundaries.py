@@ -8,6 +8,7 @@ ENGINE = Path(decoding.engine.__file__).parent
 # Real providers wrap a model runtime; only they may import one.
 RUNTIMES = {
     "llamacpp.py": {"llama_cpp"},
+    "llamacpp_batch.py": {"llama_cpp"},
     "transformers_hf.py": {"torch", "transformers"},
     "remote.py": {"requests"},  # a model server over HTTP
 }
