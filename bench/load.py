@@ -148,15 +148,17 @@ class Stack:
             db.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
 
-def wait_finished(session, base: str, headers: dict, job_id: str, timeout: float = 600) -> dict:
-    """Poll a job until it has finished; its last state."""
+def wait_finished(
+    session, base: str, headers: dict, job_id: str, timeout: float = 600, every: float = 0.02
+) -> dict:
+    """Poll a job every `every` seconds until it has finished; its last state."""
     deadline = time.monotonic() + timeout
     while True:
         job = session.get(f"{base}/api/v1/generations/{job_id}", headers=headers,
                           timeout=30).json()  # fmt: skip
         if job["status"] in FINISHED or time.monotonic() > deadline:
             return job
-        time.sleep(0.02)
+        time.sleep(every)
 
 
 def run_clients(base: str, key: str, clients: int, seconds: float, max_tokens: int) -> dict:

@@ -264,24 +264,3 @@ def test_the_prompt_cache_serves_every_slot(make_llama, served_gguf, jobs):
     finally:
         engine.close()
     assert np.array_equal(got, make_llama(path=served_gguf, n_ctx=N_CTX).logits(second, 1))
-
-
-def test_a_prompt_shares_the_cells_another_slot_holds(base, jobs):
-    """Several questions about one document at once: the second prompt copies the document's
-    cells from the first's stream (llama.cpp seq_cp) instead of evaluating them again, and gets
-    the examiner's logits bit for bit; a short shared prefix is evaluated instead."""
-    document = list(jobs[0].prompt_token_ids)[:-8]
-    first = [*document, *base.tokenizer.encode(" Who may terminate it?", add_special=False)]
-    second = [*document, *base.tokenizer.encode(" Which law governs it?", add_special=False)]
-    short = [*document[:20], *base.tokenizer.encode(" Which law?", add_special=False)]
-    engine = BatchEngine(base, sequences=3)
-    try:
-        with engine.open() as one, engine.open() as two, engine.open() as three:
-            assert one.prefill(first) == 0
-            assert two.prefill(second) == len(document)
-            got = two.logits(second, 2)
-            assert three.prefill(short) == 0
-            assert np.array_equal(three.logits(short, 1), base.logits(short, 1))
-    finally:
-        engine.close()
-    assert np.array_equal(got, base.logits(second, 2))

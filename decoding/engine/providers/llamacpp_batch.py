@@ -38,10 +38,6 @@ from .model_thread import MODEL_THREAD
 STEP_POSITIONS = 32
 # A long evaluation goes in chunks of at most this many tokens, one between two steps.
 PREFILL_CHUNK = 256
-# A prompt copies another stream's cells when they hold at least this many of its leading
-# tokens: the copy moves the whole stream (~120 MiB for the default model), as long as
-# evaluating ~60 tokens takes.
-SHARE_MIN_TOKENS = 64
 # A step waits this long at most for every open sequence to send its next request: long enough
 # for a step's bookkeeping (verify, record, commit) in every job thread, short enough that one
 # slow commit does not hold the others back for long.
@@ -250,26 +246,18 @@ class BatchEngine:
         request.start = request.reused = keep
 
     def _share_prefix(self, request: _Request) -> None:
-        """Start a prompt from the longest prefix of it that any stream or the prompt cache
-        holds. Another slot's cells are copied (llama.cpp seq_cp) to the cells they occupy
-        there, which are their positions, as alone; a copy moves the whole stream, so a short
-        prefix is evaluated instead."""
+        """Start a prompt from the saved state of the worker's prompt cache that shares more of
+        it than the slot holds (saved by any slot, or by the base model's own prefills). Not from
+        another slot's cells directly: llama.cpp copies a stream only at the next pass, after
+        which a restore or a save in the same step would read or move stale cells."""
+        if self._prompts is None:
+            return
         slot, tokens = request.slot, request.tokens
-        own = common_prefix(slot.cached, tokens)
-        donor, shared = max(
-            ((s, common_prefix(s.cached, tokens)) for s in self._slots if s is not slot),
-            key=lambda pair: pair[1],
-            default=(None, 0),
-        )
-        hit = self._prompts.longest(tokens) if self._prompts is not None else None
-        if hit is not None and hit.shared > max(own, shared):
+        hit = self._prompts.longest(tokens)
+        if hit is not None and hit.shared > common_prefix(slot.cached, tokens):
             slot.cached.clear()
             if restore_prompt(self._ctx, slot.index, hit.saved):
                 slot.cached.extend(hit.saved.tokens)
-        elif shared >= max(own + 1, SHARE_MIN_TOKENS):
-            llama_cpp.llama_memory_seq_rm(self._memory, slot.index, -1, -1)
-            llama_cpp.llama_memory_seq_cp(self._memory, donor.index, slot.index, -1, -1)
-            slot.cached[:] = donor.cached
 
     def _pass(self, requests: list[_Request]) -> None:
         """Evaluate every request's remaining tokens in one pass, each slot from the lowest to

@@ -3,8 +3,8 @@
 llama.cpp's CPU backend (built with OpenMP) gives each thread that evaluates a graph a team of
 worker threads of its own, and the team stays. Once a process holds more such threads than it
 has cores, libgomp stops letting idle workers spin (its throttled spin count), and each graph
-then pays for waking them: a one-token step of the default model took 3.3x as long on this
-2-core machine once a second thread had evaluated (bench/results/batching-2026-12-02.md). A
+then pays for waking them: a one-token step of the default model took 32-37 ms instead of 10 on
+a 2-core machine once a second thread had evaluated (docs/adr/0015). A
 worker decodes from several threads (a BatchEngine's, a replay's, a draft model's), so every
 evaluation is handed to this thread; evaluations also never overlap, which on two cores would
 have each spin on the cores the other needs.
