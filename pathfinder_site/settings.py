@@ -313,8 +313,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Jobs a worker decodes at once, together in one batch engine (one llama.cpp pass carries every
 # job's positions): a pool of that many threads. 1 is a prefork pool of one process decoding one
-# job at a time; `celery worker -c N` sets the slots instead. 1 by default until
-# bench/throughput.py shows every batched job's replay identical (docs/adr/0015).
+# job at a time; `celery worker -c N` sets the slots instead. 1 by default while batching does
+# not yet beat one job at a time on this machine (bench/results/throughput-*.md, ADR 0015).
 PATHFINDER_WORKER_SEQUENCES = env_int("PATHFINDER_WORKER_SEQUENCES", 1, minimum=1)
 CELERY_WORKER_POOL = "threads" if PATHFINDER_WORKER_SEQUENCES > 1 else "prefork"
 CELERY_WORKER_CONCURRENCY = PATHFINDER_WORKER_SEQUENCES

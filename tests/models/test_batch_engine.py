@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -264,3 +265,44 @@ def test_the_prompt_cache_serves_every_slot(make_llama, served_gguf, jobs):
     finally:
         engine.close()
     assert np.array_equal(got, make_llama(path=served_gguf, n_ctx=N_CTX).logits(second, 1))
+
+
+def test_a_restore_into_a_slot_another_prompt_shares_leaves_that_prompt_its_cells(
+    make_llama, served_gguf, jobs
+):
+    """Written after a throughput run in which batched jobs replayed wrong: in one step, a prompt
+    whose prefix another slot holds, and a new job on that slot whose prompt the cache holds.
+    When the first copied the slot's cells (llama.cpp applies a copy at the next pass) and the
+    second restored into the slot at once, the first got the second's cells; 'r1 False' before
+    the fix. Both now get the examiner's logits."""
+    base = make_llama(path=served_gguf, n_ctx=N_CTX, prompt_cache_bytes=256 << 20)
+    a, b, other = (list(jobs[i].prompt_token_ids) for i in (0, 4, 1))
+    question = base.tokenizer.encode(" Answer briefly.", add_special=False)
+    engine = BatchEngine(base, sequences=3, gather_s=0.5)
+    try:
+        with engine.open() as first, engine.open() as second:
+            first.prefill(a)  # slot 0 holds a
+            second.prefill(b)  # the cache holds b
+            second.prefill(other)  # slot 1 no longer does
+        got = {}
+        start = threading.Barrier(2)
+        with engine.open() as zero, engine.open(), engine.open() as two:
+
+            def on(sequence, context, delay):
+                start.wait()
+                time.sleep(delay)  # both within one gathered step, in this order
+                sequence.prefill(context)
+                got[id(sequence)] = sequence.logits(context, 1)
+
+            threads = [
+                threading.Thread(target=on, args=(two, [*a, *question], 0.0)),
+                threading.Thread(target=on, args=(zero, [*b, *question], 0.1)),
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=120)
+            assert np.array_equal(got[id(two)], base.logits([*a, *question], 1))
+            assert np.array_equal(got[id(zero)], base.logits([*b, *question], 1))
+    finally:
+        engine.close()
