@@ -154,7 +154,8 @@ def prompt_tokens(tokenizer, bodies: list[dict]) -> list[list[int]]:
 
 def plain(path: str, prompts: list[list[int]], max_tokens: int, eos: int) -> dict:
     """llama.cpp one token per call, greedy, one prompt after another (sampling costs the same
-    passes; greedy tokens are compared with the service's)."""
+    passes; greedy tokens are compared with the service's). A fresh provider for each N, so each
+    N starts from an empty cache."""
     from decoding.engine.providers.llamacpp import LlamaCppProvider
 
     provider = LlamaCppProvider(path, name="plain", n_threads=2, n_ctx=4096)

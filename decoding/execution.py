@@ -75,8 +75,7 @@ def job_run(*, job_id: uuid.UUID) -> None:
     if matter_id is None:
         return
     try:
-        slot = runtime.matter_slot(matter_id, admission.others_waiting)
-        with slot:
+        with runtime.matter_slot(matter_id, admission.others_waiting):
             _run(job_id)
     except runtime.NoFairSlot as kept:
         raise TryLater(str(kept), 0) from kept

@@ -55,6 +55,12 @@ def fill_batch(batch, tokens: Sequence[int], start: int, first_output: int) -> N
         batch.logits[i] = start + i >= first_output
 
 
+def logits_row(ctx, batch_index: int, vocab_size: int) -> np.ndarray:
+    """A copy of the logits llama.cpp returned for one position of the last batch."""
+    pointer = llama_cpp.llama_get_logits_ith(ctx, batch_index)
+    return np.ctypeslib.as_array(pointer, shape=(vocab_size,)).copy()
+
+
 def save_prompt(ctx, sequence: int, prompts: PromptCache, prompt: list[int]) -> None:
     """Keep the KV state of `sequence`, which holds exactly `prompt`, in the prompt cache."""
     size = llama_cpp.llama_state_seq_get_size(ctx, sequence)
@@ -262,7 +268,7 @@ class LlamaCppProvider(Provider):
             chunk = tokens[offset : offset + self._n_batch]
             self._decode(chunk, offset, first_output)
             wanted = range(max(first_output - offset, 0), len(chunk))
-            rows.extend(self._logits_row(i) for i in wanted)
+            rows.extend(logits_row(self._ctx, i, self.vocab_size) for i in wanted)
         return np.stack(rows) if rows else np.empty((0, self.vocab_size), dtype=np.float32)
 
     def _truncate(self, keep: int) -> int:
@@ -286,7 +292,3 @@ class LlamaCppProvider(Provider):
             raise RuntimeError(f"llama_decode failed with status {status}")
         self._cached.extend(chunk)
         self.tokens_evaluated += len(chunk)
-
-    def _logits_row(self, batch_index: int) -> np.ndarray:
-        pointer = llama_cpp.llama_get_logits_ith(self._ctx, batch_index)
-        return np.ctypeslib.as_array(pointer, shape=(self.vocab_size,)).copy()

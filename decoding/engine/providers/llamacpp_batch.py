@@ -30,7 +30,7 @@ import llama_cpp
 import numpy as np
 
 from .base import Provider, common_prefix
-from .llamacpp import LlamaCppProvider, restore_prompt, save_prompt
+from .llamacpp import LlamaCppProvider, logits_row, restore_prompt, save_prompt
 from .model_thread import MODEL_THREAD
 
 # Tokens a request may bring to a step; a longer evaluation (a prompt, a lost cache) goes in
@@ -94,11 +94,9 @@ class BatchEngine:
         if sequences < 1:
             raise ValueError(f"sequences must be at least 1, got {sequences}")
         self.base = base
-        self.sequences = sequences
         self._step_positions = step_positions
         self._gather_s = gather_s
         self._n_ctx = base.n_ctx
-        self._n_batch = base.n_batch
         # Each stream holds a whole context plus a step's filler, in whole blocks of 256 cells
         # (llama.cpp's padding: any other size is rounded down, dropping cells).
         params = llama_cpp.llama_context_params()
@@ -315,10 +313,8 @@ class BatchEngine:
         if self.on_pass is not None:
             working = sum(request is not None for *_, request in entries)
             self.on_pass(working, n, time.perf_counter() - started)
-        vocab = self.base.vocab_size
         for request, index in wanted:
-            pointer = llama_cpp.llama_get_logits_ith(self._ctx, index)
-            request.rows.append(np.ctypeslib.as_array(pointer, shape=(vocab,)).copy())
+            request.rows.append(logits_row(self._ctx, index, self.base.vocab_size))
 
     def _forget(self, work: list[_Request]) -> None:
         """After a failed pass its streams may hold part of it: empty them."""
