@@ -4,15 +4,17 @@
 //
 //   Q8_0 on x86 with AVX2 (batch-invariant.c): blocks in order, exact int32 sums, then
 //       acc = fmaf(fp32(x.d) * fp32(y.d), (float) isum, acc)       (reference_q8_0 below);
-//   F16, and Q8_0 elsewhere: the type's vec_dot on that column alone (the single-token path).
+//   F16 on x86 with AVX2: one chain along the row, acc = fmaf(x[i], y[i], acc) (reference_f16);
+//   elsewhere: the type's vec_dot on that column alone (the single-token path).
 //
 // Cases: Q8_0 weights against F32 activations (a model's projections and LM head) and F16 against
-// F32 (attention products), contiguous and as permuted, broadcast views (grouped-query attention),
-// with random rows, rows that quantize to +-127 everywhere, sparse rows, and Q8_0 weights holding
-// -128 (a quantizer never writes it; a file may); n = 1..40 and prefill sizes up to 520; row
-// counts that leave short tiles; rows of up to 4160 values; 1, 2 and 3 threads. Prints the first
-// differing element and exits 1. Compile with -ffp-contract=off (the references' products stay
-// rounded).
+// F32 (attention products), contiguous and as the attention's views: K*Q (permuted, broadcast over
+// grouped-query heads) and V*softmax (a transposed cache's rows, a cache row apart, as long as the
+// cached positions), with random rows, rows that quantize to +-127 everywhere, sparse rows, and
+// Q8_0 weights holding -128 (a quantizer never writes it; a file may); n = 1..40 and prefill sizes
+// up to 520; row counts that leave short tiles; rows of up to 4160 values, and rows whose length is
+// not a multiple of any SIMD width; 1, 2 and 3 threads. Prints the first differing element and
+// exits 1. Compile with -ffp-contract=off (the references' products stay rounded).
 //
 //   usage: test-mul-mat-batch-invariance [max_threads]
 
@@ -74,8 +76,17 @@ static float reference_q8_0(int64_t k, const q8_0_block * x, const q8_0_block * 
     return acc;
 }
 
-// The reference for one weight row and one column: the order above for Q8_0 where the patch has
-// its kernel (x86 with AVX2), else the type's vec_dot on that column alone (the single-token path).
+// The F16 order of batch-invariant.c, in scalar C (y already rounded to F16).
+static float reference_f16(int64_t k, const ggml_fp16_t * x, const ggml_fp16_t * y) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < k; ++i) {
+        acc = fmaf(ggml_fp16_to_fp32(x[i]), ggml_fp16_to_fp32(y[i]), acc);
+    }
+    return acc;
+}
+
+// The reference for one weight row and one column: the orders above where the patch has its
+// kernels (x86 with AVX2), else the type's vec_dot on that column alone (the single-token path).
 static float reference_dot(enum ggml_type type, int64_t k, const void * row, const float * col) {
     const struct ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
     const enum ggml_type vt = traits->vec_dot_type;
@@ -88,6 +99,8 @@ static float reference_dot(enum ggml_type type, int64_t k, const void * row, con
     float out = 0.0f;
     if (type == GGML_TYPE_Q8_0 && ggml_cpu_has_avx2()) {
         out = reference_q8_0(k, row, qcol);
+    } else if (type == GGML_TYPE_F16 && ggml_cpu_has_avx2()) {
+        out = reference_f16(k, row, qcol);
     } else {
         traits->vec_dot((int) k, &out, 0, row, 0, qcol, 0, 1);
     }
@@ -97,25 +110,35 @@ static float reference_dot(enum ggml_type type, int64_t k, const void * row, con
 
 static int failures = 0;
 
+enum layout { PLAIN, KQ, VS };
+
 // dst = mul_mat(W, X) for W [k, m] of `type` and X [k, n] f32, computed by the backend with `threads`.
-// With `gqa`, W and X are viewed as attention operands: W [k, m, 3 heads] permuted, X [k, n, 9 heads].
-static void check(enum ggml_type type, int64_t k, int64_t m, int64_t n, int threads, enum fill how, int gqa) {
+// KQ: W and X as K*Q's operands, W [k, m, 3 heads] permuted from a [k, 3, m] cache, X [k, n, 9 heads]
+// permuted. VS: as V*softmax's, W [k, m, 3 heads] viewed in a transposed cache of k + 37 cells a row,
+// X [k, n, 9 heads] contiguous.
+static void check(enum ggml_type type, int64_t k, int64_t m, int64_t n, int threads, enum fill how, enum layout layout) {
+    const int gqa = layout != PLAIN;
     const int64_t heads_w = gqa ? 3 : 1, heads_x = gqa ? 9 : 1;
     struct ggml_init_params ip = { .mem_size = 512 * 1024 * 1024, .mem_buffer = NULL, .no_alloc = false };
     struct ggml_context * ctx = ggml_init(ip);
 
     struct ggml_tensor * w;
     struct ggml_tensor * x;
-    float * wf = malloc(sizeof(float) * k * m * heads_w);
-    fill_values(wf, k * m * heads_w, how);
-    if (gqa) {
-        // as a KV cache: [k, heads, m] stored, viewed [k, m, heads] by a permute
+    float * wf = malloc(sizeof(float) * (k + 37) * m * heads_w);
+    fill_values(wf, (k + 37) * m * heads_w, how);
+    if (layout == KQ) {
         struct ggml_tensor * w_store = ggml_new_tensor_3d(ctx, type, k, heads_w, m);
         ggml_quantize_chunk(type, wf, w_store->data, 0, heads_w * m, k, NULL);
         w = ggml_permute(ctx, w_store, 0, 2, 1, 3);
         struct ggml_tensor * x_store = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, k, heads_x, n);
         fill_values((float *) x_store->data, k * heads_x * n, FILL_RANDOM);
         x = ggml_permute(ctx, x_store, 0, 2, 1, 3);
+    } else if (layout == VS) {
+        struct ggml_tensor * w_store = ggml_new_tensor_2d(ctx, type, k + 37, m * heads_w);
+        ggml_quantize_chunk(type, wf, w_store->data, 0, heads_w * m, k + 37, NULL);
+        w = ggml_view_3d(ctx, w_store, k, m, heads_w, w_store->nb[1], w_store->nb[1] * m, 0);
+        x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, k, n, heads_x);
+        fill_values((float *) x->data, k * n * heads_x, FILL_RANDOM);
     } else {
         w = ggml_new_tensor_2d(ctx, type, k, m);
         ggml_quantize_chunk(type, wf, w->data, 0, m, k, NULL);
@@ -141,9 +164,9 @@ static void check(enum ggml_type type, int64_t k, int64_t m, int64_t n, int thre
                 const float want = reference_dot(type, k, w_plane + i * w->nb[1], col);
                 const float got = *(const float *) ((const char *) y->data + i * y->nb[0] + j * y->nb[1] + h * y->nb[2]);
                 if (memcmp(&want, &got, sizeof(float)) != 0) {
-                    printf("FAIL %s k=%lld m=%lld n=%lld threads=%d fill=%d gqa=%d: head %lld col %lld row %lld: "
+                    printf("FAIL %s k=%lld m=%lld n=%lld threads=%d fill=%d layout=%d: head %lld col %lld row %lld: "
                            "batched %.9g, reference %.9g\n",
-                           ggml_type_name(type), (long long) k, (long long) m, (long long) n, threads, (int) how, gqa,
+                           ggml_type_name(type), (long long) k, (long long) m, (long long) n, threads, (int) how, (int) layout,
                            (long long) h, (long long) j, (long long) i, got, want);
                     failures++;
                     break;
@@ -164,27 +187,29 @@ int main(int argc, char ** argv) {
         const enum ggml_type type = types[t];
         for (int threads = 1; threads <= max_threads; ++threads) {
             for (int64_t n = 1; n <= 40; ++n) {
-                check(type, 576, 100, n, threads, (enum fill) (n % 3), 0);
-                check(type, 1536, 36, n, threads, FILL_RANDOM, 0);
+                check(type, 576, 100, n, threads, (enum fill) (n % 3), PLAIN);
+                check(type, 1536, 36, n, threads, FILL_RANDOM, PLAIN);
                 cases += 2;
                 if (type == GGML_TYPE_Q8_0 && n % 4 == 1) {
-                    check(type, 4160, 21, n, threads, FILL_RANDOM, 0);  // 130 blocks: more than one segment
-                    check(type, 96, 9, n, threads, FILL_MIN_QUANT, 0);
+                    check(type, 4160, 21, n, threads, FILL_RANDOM, PLAIN);  // 130 blocks: more than one segment
+                    check(type, 96, 9, n, threads, FILL_MIN_QUANT, PLAIN);
                     cases += 2;
                 }
             }
             for (int64_t n = 1; n <= 20; n += 3) {
-                check(type, 64, 260, n, threads, FILL_RANDOM, 1);  // KQ-like: head_dim 64, 260 cached keys
+                check(type, 64, 260, n, threads, FILL_RANDOM, KQ);  // head_dim 64, 260 cached keys
                 cases++;
                 if (type == GGML_TYPE_F16) {
-                    check(type, 100, 37, n, threads, FILL_RANDOM, 0);  // a row length with leftovers
-                    cases++;
+                    check(type, 100, 37, n, threads, FILL_RANDOM, PLAIN);  // a row length no SIMD width divides
+                    check(type, 768, 64, n, threads, FILL_RANDOM, VS);     // 768 cached positions, 64 channels
+                    check(type, 300, 20, n, threads, FILL_SPARSE, VS);     // more than one 256-value segment
+                    cases += 3;
                 }
             }
         }
         const int64_t prefill[] = { 63, 64, 65, 129, 520 };
         for (size_t p = 0; p < sizeof(prefill) / sizeof(prefill[0]); ++p) {
-            check(type, 576, 48, prefill[p], max_threads, FILL_RANDOM, 0);
+            check(type, 576, 48, prefill[p], max_threads, FILL_RANDOM, PLAIN);
             cases++;
         }
     }
@@ -193,6 +218,6 @@ int main(int argc, char ** argv) {
         return 1;
     }
     printf("batch invariance: %d cases, every element bit-identical to its one-row, one-column reference "
-           "(Q8_0: %s; F16: vec_dot)\n", cases, ggml_cpu_has_avx2() ? "the block order of batch-invariant.c" : "vec_dot");
+           "(%s)\n", cases, ggml_cpu_has_avx2() ? "the orders of batch-invariant.c" : "vec_dot");
     return 0;
 }
