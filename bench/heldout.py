@@ -360,4 +360,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from decoding.engine.providers.model_thread import MODEL_THREAD
+
+    # Every system evaluates on the thread Pathfinder's provider uses: a second evaluating thread
+    # gives llama.cpp a second OpenMP team, and on 2 cores libgomp then throttles both teams'
+    # spinning, which slowed every system here 1.5-2x (measured on 2026-12-03; model_thread.py).
+    raise SystemExit(MODEL_THREAD.run(main))
