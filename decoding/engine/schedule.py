@@ -292,7 +292,12 @@ def measure_verify_cost(
     Call it at model-load time on a warm provider. A context no longer than the largest n is
     repeated until it is longer. Before each timed call the provider sees the context without
     its last n tokens, so a KV cache holds that prefix and the timed call computes n positions,
-    as a verify pass does.
+    as a verify pass does. Every n is evaluated once untimed first (first calls of a shape pay
+    for allocations), then the calls go in rounds over every n, each round in the other order
+    from the last, so a machine that speeds up or slows down meanwhile (a fresh process, a
+    neighbour) moves every n's median alike instead of bending the curve: measured one n after
+    another, the first curve of a fresh process put c(2) at 1.01 and then 1.28 of c(1) on the
+    same build (2026-12-03).
     """
     positions = sorted(set(positions))
     if not positions or positions[0] < 1:
@@ -302,14 +307,17 @@ def measure_verify_cost(
     tokens = list(context)
     while len(tokens) <= positions[-1]:
         tokens += context
-    provider.logits(tokens, 1)  # warm-up: first-call allocations are not a verify cost
-    costs = {}
-    for n in positions:
-        times = []
-        for _ in range(repeats):
-            provider.logits(tokens[:-n], 1)
-            started = time.perf_counter_ns()
-            provider.logits(tokens, n)
-            times.append((time.perf_counter_ns() - started) / 1e9)
-        costs[n] = statistics.median(times)
-    return costs
+
+    def timed(n: int) -> float:
+        provider.logits(tokens[:-n], 1)
+        started = time.perf_counter_ns()
+        provider.logits(tokens, n)
+        return (time.perf_counter_ns() - started) / 1e9
+
+    for n in positions:  # warm-up: first-call allocations are not a verify cost
+        timed(n)
+    times: dict[int, list[float]] = {n: [] for n in positions}
+    for round_ in range(repeats):
+        for n in positions if round_ % 2 == 0 else reversed(positions):
+            times[n].append(timed(n))
+    return {n: statistics.median(times[n]) for n in positions}

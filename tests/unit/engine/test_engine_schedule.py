@@ -161,11 +161,12 @@ def test_measuring_the_verify_cost_times_each_number_of_new_positions():
     costs = measure_verify_cost(provider, context, positions=(1, 4), repeats=3)
     assert set(costs) == {1, 4}
     assert all(isinstance(c, float) and c > 0 for c in costs.values())
-    # Each timed call follows one over the context without its last n tokens (a warm cache).
-    timed = provider.calls[1:]
-    assert timed[:2] == [(tuple(context[:-1]), 1), (tuple(context), 1)]
-    assert timed[-2:] == [(tuple(context[:-4]), 1), (tuple(context), 4)]
-    assert len(timed) == 2 * 2 * 3
+    # Each call that scores n positions follows one over the context without its last n tokens
+    # (a warm cache); every n once untimed, then rounds over every n, alternating their order.
+    assert provider.calls[0::2] == [(tuple(context[:-n]), 1) for n in (1, 4, 1, 4, 4, 1, 1, 4)]
+    scored = [n for _, n in provider.calls[1::2]]
+    assert scored == [1, 4, 1, 4, 4, 1, 1, 4]
+    assert all(call == tuple(context) for call, _ in provider.calls[1::2])
     # The measured table is what AdaptiveSchedule takes.
     assert AdaptiveSchedule(4, costs).next_length(4) in range(5)
 
