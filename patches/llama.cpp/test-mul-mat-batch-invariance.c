@@ -4,7 +4,7 @@
 //
 //   Q8_0 on x86 with AVX2 (batch-invariant.c): blocks in order, exact int32 sums, then
 //       acc = fmaf(fp32(x.d) * fp32(y.d), (float) isum, acc)       (reference_q8_0 below);
-//   F16 on x86 with AVX2: one chain along the row, acc = fmaf(x[i], y[i], acc) (reference_f16);
+//   F16 on x86 with AVX2, FMA and F16C: one chain along the row, acc = fmaf(x[i], y[i], acc) (reference_f16);
 //   elsewhere: the type's vec_dot on that column alone (the single-token path).
 //
 // Cases: Q8_0 weights against F32 activations (a model's projections and LM head) and F16 against
@@ -12,7 +12,7 @@
 // grouped-query heads) and V*softmax (a transposed cache's rows, a cache row apart, as long as the
 // cached positions), with random rows, rows that quantize to +-127 everywhere, sparse rows, and
 // Q8_0 weights holding -128 (a quantizer never writes it; a file may); n = 1..40 and prefill sizes
-// up to 520; row counts that leave short tiles; rows of up to 4160 values, and rows whose length is
+// up to 520; row counts that leave short tiles; rows of up to 8300 values, and rows whose length is
 // not a multiple of any SIMD width; 1, 2 and 3 threads. Prints the first differing element and
 // exits 1. Compile with -ffp-contract=off (the references' products stay rounded).
 //
@@ -99,7 +99,7 @@ static float reference_dot(enum ggml_type type, int64_t k, const void * row, con
     float out = 0.0f;
     if (type == GGML_TYPE_Q8_0 && ggml_cpu_has_avx2()) {
         out = reference_q8_0(k, row, qcol);
-    } else if (type == GGML_TYPE_F16 && ggml_cpu_has_avx2()) {
+    } else if (type == GGML_TYPE_F16 && ggml_cpu_has_avx2() && ggml_cpu_has_fma() && ggml_cpu_has_f16c()) {
         out = reference_f16(k, row, qcol);
     } else {
         traits->vec_dot((int) k, &out, 0, row, 0, qcol, 0, 1);
@@ -203,7 +203,8 @@ int main(int argc, char ** argv) {
                     check(type, 100, 37, n, threads, FILL_RANDOM, PLAIN);  // a row length no SIMD width divides
                     check(type, 768, 64, n, threads, FILL_RANDOM, VS);     // 768 cached positions, 64 channels
                     check(type, 300, 20, n, threads, FILL_SPARSE, VS);     // more than one 256-value segment
-                    cases += 3;
+                    check(type, 8300, 19, n, threads, FILL_RANDOM, VS);    // more than one 8192-value span
+                    cases += 4;
                 }
             }
         }
