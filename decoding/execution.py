@@ -97,13 +97,13 @@ def _run(job_id: uuid.UUID) -> None:
         )
         # The question is on record before the first decision about it.
         request = trail_append(trail_id=trail.id, payload=job_request_payload(job, trail, models))
-        schedule = models.schedule(job.draft_length)
         stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
         # A stream's reader is told after each step's commit; other jobs' records batch.
         announce = (lambda: events.publish(job.id)) if job.stream else None
         head = (request.seq + 1, request.record_hash)
         # A slot of the worker's batch engine, held while the job decodes (decoding.runtime).
         with models.sequence() as target, sink_for(trail.id, head=head, committed=announce) as sink:
+            schedule = models.schedule(job.draft_length, target)
             decoder = SpeculativeDecoder(
                 drafter=models.job_drafter(),
                 target=target,

@@ -79,15 +79,19 @@ class LoadedModels:
         a seed gives the same step structure, and so the same text, on any worker."""
         return bool(self.verify_cost) and isinstance(self.drafter, PromptLookupDrafter)
 
-    def schedule(self, draft_length: int) -> DraftSchedule:
+    def schedule(self, draft_length: int, target: Provider) -> DraftSchedule:
         """A fresh per-request schedule up to draft_length: driven by each copied draft's match
         for prompt lookup, by the acceptance so far for a draft model (both on the measured
-        verify cost), or fixed at draft_length."""
+        verify cost, priced as the whole pass `target` shares with its neighbours), or fixed at
+        draft_length."""
         if not self.verify_cost:
             return FixedSchedule(draft_length)
+        neighbours = target.neighbours
         if isinstance(self.drafter, PromptLookupDrafter):
-            return MatchSchedule(draft_length, self.verify_cost, self.match_statistics)
-        return AdaptiveSchedule(draft_length, verify_cost=self.verify_cost)
+            return MatchSchedule(
+                draft_length, self.verify_cost, self.match_statistics, neighbours=neighbours
+            )
+        return AdaptiveSchedule(draft_length, verify_cost=self.verify_cost, neighbours=neighbours)
 
 
 _loaded: dict[tuple[int, object], LoadedModels] = {}

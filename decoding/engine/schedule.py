@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from .drafters.base import Draft
-from .providers.base import Provider
+from .providers.base import ALONE, Neighbours, Provider
 
 VerifyCost = Callable[[int], float] | Mapping[int, float]
 
@@ -96,6 +96,52 @@ def interpolated(table: Mapping[int, float]) -> Callable[[int], float]:
     return cost
 
 
+class StepCost:
+    """What a step costs for each number of drafted tokens, and what the rest of its pass yields.
+
+    Alone, a step drafting k tokens costs verify_cost(k + 1). In a batch engine's pass every
+    sequence is padded to the widest request (decoding.engine.providers.llamacpp_batch), so a
+    step drafting k tokens beside n neighbours carries (n + 1) * (k + 1) positions, priced on the
+    measured curve at that total (extrapolated on its last segment beyond it). The neighbours
+    count one token each, the least a step yields, so a sequence widens the pass only where its
+    own expected tokens pay for slowing every neighbour's step. The padding a neighbour's wider
+    request leaves is not counted as free: sequences that each filled the others' padding would
+    keep every pass wide with drafts none of them pays for (measured: 2.7 positions per sequence
+    per pass at 16 sequences, where no draft paid).
+    """
+
+    def __init__(
+        self,
+        verify_cost: VerifyCost,
+        draft_cost_per_token: float = 0.0,
+        neighbours: Callable[[], Neighbours] | None = None,
+    ) -> None:
+        if not math.isfinite(draft_cost_per_token) or draft_cost_per_token < 0:
+            raise ValueError(f"draft_cost_per_token must be at least 0, got {draft_cost_per_token}")
+        self._curve = interpolated(verify_cost) if isinstance(verify_cost, Mapping) else verify_cost
+        self._draft_cost = draft_cost_per_token
+        self._neighbours = neighbours
+        self._tables: dict[tuple[Neighbours, int], np.ndarray] = {}
+
+    def table(self, max_length: int, neighbours: Neighbours = ALONE) -> np.ndarray:
+        """The cost of a step drafting k tokens, for k in 0..max_length."""
+        key = (neighbours, max_length)
+        if key not in self._tables:
+            k = np.arange(max_length + 1)
+            positions = (neighbours.sequences + 1) * (k + 1)
+            cost = np.array([self._curve(int(p)) for p in positions], dtype=np.float64)
+            cost += k * self._draft_cost
+            if not np.all(np.isfinite(cost) & (cost > 0)):
+                raise ValueError("verify_cost must be a time > 0 for 1..max_length + 1 positions")
+            self._tables[key] = cost
+        return self._tables[key]
+
+    def now(self, max_length: int) -> tuple[np.ndarray, int]:
+        """The costs for the next step, as table(), and the tokens its neighbours yield."""
+        neighbours = self._neighbours() if self._neighbours is not None else ALONE
+        return self.table(max_length, neighbours), neighbours.sequences
+
+
 class AdaptiveSchedule(DraftSchedule):
     """The draft length that maximises expected tokens per unit time, given the acceptance so far.
 
@@ -114,7 +160,9 @@ class AdaptiveSchedule(DraftSchedule):
 
     verify_cost is in any unit of time (draft_cost_per_token in the same): a function of the
     number of verified positions, or measured points {positions: cost} interpolated linearly
-    (see measure_verify_cost).
+    (see measure_verify_cost). In a batch, `neighbours` tells what else the pass carries and the
+    step maximises the whole pass's tokens per unit time instead (StepCost); there it never
+    probes, since a probe would slow every neighbour's step.
     """
 
     def __init__(
@@ -127,11 +175,10 @@ class AdaptiveSchedule(DraftSchedule):
         smoothing: float = 0.2,
         probe_interval: int = 10,
         probe_length: int = 2,
+        neighbours: Callable[[], Neighbours] | None = None,
     ) -> None:
         if max_length < 0:
             raise ValueError(f"max_length must be at least 0, got {max_length}")
-        if not math.isfinite(draft_cost_per_token) or draft_cost_per_token < 0:
-            raise ValueError(f"draft_cost_per_token must be at least 0, got {draft_cost_per_token}")
         if not 0 <= initial_acceptance <= 1:
             raise ValueError(f"initial_acceptance must be in [0, 1], got {initial_acceptance}")
         if not 0 < smoothing <= 1:
@@ -139,13 +186,8 @@ class AdaptiveSchedule(DraftSchedule):
         if probe_interval < 1 or probe_length < 1:
             raise ValueError("probe_interval and probe_length must be at least 1")
         self.max_length = max_length
-        cost = interpolated(verify_cost) if isinstance(verify_cost, Mapping) else verify_cost
-        lengths = np.arange(max_length + 1)
-        self._step_cost = np.array(
-            [cost(int(k) + 1) + k * draft_cost_per_token for k in lengths], dtype=np.float64
-        )
-        if not np.all(np.isfinite(self._step_cost) & (self._step_cost > 0)):
-            raise ValueError("verify_cost must be a time > 0 for 1..max_length + 1 positions")
+        self._cost = StepCost(verify_cost, draft_cost_per_token, neighbours)
+        self._cost.table(max_length)  # refuses a curve that is not a time > 0 now, not mid-job
         self._smoothing = smoothing
         self._probe_interval = probe_interval
         self._probe_length = probe_length
@@ -156,17 +198,20 @@ class AdaptiveSchedule(DraftSchedule):
 
     def best_length(self, max_length: int | None = None) -> int:
         """The throughput-optimal k for the current acceptance estimate, without probing."""
-        cap = self.max_length if max_length is None else min(self.max_length, max_length)
-        k = np.arange(cap + 1)
-        a = self.acceptance
-        expected = k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
-        return int(np.argmax(expected / self._step_cost[: cap + 1]))
+        return self._choose(max_length)[0]
 
     def next_length(self, max_length: int) -> int:
-        best = self.best_length(max_length)
-        if best == 0 and self._idle >= self._probe_interval:
+        best, neighbours = self._choose(max_length)
+        # Alone, a probe is a short bet on recovering a low estimate; in a batch it would slow
+        # every neighbour's step.
+        if best == 0 and self._idle >= self._probe_interval and neighbours == 0:
             return min(self._probe_length, self.max_length, max_length)
         return best
+
+    def _choose(self, max_length: int | None) -> tuple[int, int]:
+        cap = self.max_length if max_length is None else min(self.max_length, max_length)
+        cost, neighbours = self._cost.now(cap)
+        return _best_length(self.acceptance, cost, neighbours), neighbours
 
     def observe(self, drafted: int, accepted: int) -> None:
         if not 0 <= accepted <= drafted:
@@ -220,7 +265,8 @@ class MatchSchedule(DraftSchedule):
     match drafts the whole continuation the curve can pay for; a step with no match (or one
     whose bucket does not pay) verifies one position only, as plain decoding would. A bucket
     that has not drafted for `probe_interval` of its steps drafts `probe_length` tokens once,
-    so an estimate that fell too low can recover.
+    so an estimate that fell too low can recover. In a batch, `neighbours` prices the step as
+    the whole pass (StepCost) and there is no probe, as in AdaptiveSchedule.
     """
 
     def __init__(
@@ -231,14 +277,13 @@ class MatchSchedule(DraftSchedule):
         *,
         probe_interval: int = 8,
         probe_length: int = 2,
+        neighbours: Callable[[], Neighbours] | None = None,
     ) -> None:
         if max_length < 0:
             raise ValueError(f"max_length must be at least 0, got {max_length}")
         self.max_length = max_length
-        cost = interpolated(verify_cost) if isinstance(verify_cost, Mapping) else verify_cost
-        self._step_cost = np.array([cost(k + 1) for k in range(max_length + 1)], dtype=np.float64)
-        if not np.all(np.isfinite(self._step_cost) & (self._step_cost > 0)):
-            raise ValueError("verify_cost must be a time > 0 for 1..max_length + 1 positions")
+        self._cost = StepCost(verify_cost, neighbours=neighbours)
+        self._cost.table(max_length)  # refuses a curve that is not a time > 0 now, not mid-job
         self.statistics = statistics if statistics is not None else MatchStatistics()
         self._probe_interval, self._probe_length = probe_interval, probe_length
         self._bucket: int | None = None  # the bucket of the draft kept at this step
@@ -253,10 +298,13 @@ class MatchSchedule(DraftSchedule):
         bucket = match_bucket(draft.source.match_length)
         cap = min(len(draft.tokens), self.max_length)
         stats = self.statistics
-        k = _best_length(stats.acceptance[bucket], self._step_cost[: cap + 1])
+        cost, neighbours = self._cost.now(cap)
+        k = _best_length(stats.acceptance[bucket], cost, neighbours)
         if k == 0:
             stats.idle[bucket] += 1
-            if stats.idle[bucket] < self._probe_interval:
+            # Alone, a probe lets an estimate that fell too low recover; in a batch it would
+            # slow every neighbour's step.
+            if stats.idle[bucket] < self._probe_interval or neighbours:
                 return 0
             k = min(self._probe_length, cap)
         stats.idle[bucket] = 0
@@ -271,13 +319,13 @@ class MatchSchedule(DraftSchedule):
         self._bucket = None
 
 
-def _best_length(acceptance: float, step_cost: np.ndarray) -> int:
-    """argmax over k of expected tokens (1 - a^(k+1)) / (1 - a) per step_cost[k] (the shortest
-    on ties)."""
+def _best_length(acceptance: float, step_cost: np.ndarray, others: int = 0) -> int:
+    """argmax over k of the pass's tokens, `others` from the neighbours plus this sequence's
+    expected (1 - a^(k+1)) / (1 - a), per step_cost[k] (the shortest on ties)."""
     k = np.arange(len(step_cost))
     a = acceptance
     expected = k + 1.0 if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
-    return int(np.argmax(expected / step_cost))
+    return int(np.argmax((others + expected) / step_cost))
 
 
 def measure_verify_cost(

@@ -22,10 +22,12 @@ from decoding.engine import (
     FixedSchedule,
     GenerationParams,
     GenerationRequest,
+    MatchSchedule,
     PromptLookupDrafter,
     ReplaySchedule,
     SpeculativeDecoder,
 )
+from decoding.engine.providers.base import ALONE, Neighbours
 from decoding.engine.providers.llamacpp_batch import PREFILL_CHUNK, BatchEngine
 
 from .conftest import ListSink
@@ -91,8 +93,11 @@ def _without_timings(payload: dict) -> dict:
     return {key: value for key, value in payload.items() if key != "timings_us"}
 
 
-def decode_together(engine: BatchEngine, requests) -> list[tuple[list[dict], object]]:
-    """Every request in a thread of its own on one engine, all started at once."""
+def decode_together(
+    engine: BatchEngine, requests, schedule=lambda sequence: FixedSchedule(6)
+) -> list[tuple[list[dict], object]]:
+    """Every request in a thread of its own on one engine, all started at once, each with
+    schedule(its sequence)."""
     results: list = [None] * len(requests)
     errors: list[BaseException] = []
     start = threading.Barrier(len(requests))
@@ -101,7 +106,7 @@ def decode_together(engine: BatchEngine, requests) -> list[tuple[list[dict], obj
         try:
             start.wait()
             with engine.open(timeout=60) as sequence:
-                results[i] = decode(sequence, requests[i], FixedSchedule(6))
+                results[i] = decode(sequence, requests[i], schedule(sequence))
         except BaseException as exc:  # reported by the test below
             errors.append(exc)
 
@@ -177,6 +182,55 @@ def test_a_sequence_gets_the_logits_of_the_examiners_context_bit_for_bit(base, j
     for i, n in enumerate(neighbours):
         context = [*n, *tail[: 2 * i + 1]]
         assert np.array_equal(got[i + 1], base.logits(context, 2 * i + 1))
+
+
+# A verify-cost curve of the batch-invariant build (ms; bench/results/heldout-2026-12-03.md).
+CURVE = {1: 8.99, 2: 11.7, 4: 12.22, 8: 15.81, 16: 22.06}
+
+
+def test_draft_lengths_chosen_for_the_whole_pass_replay_alone_identical(base, jobs):
+    """The worker's schedule in a batch prices each step as the pass it shares (issue 21 item
+    3): what it chose depends on the neighbours, so a replay takes the recorded lengths."""
+    requests = [jobs[(7 + i) % len(jobs)] for i in range(8)]
+    engine = BatchEngine(base, sequences=8)
+    try:
+        batched = decode_together(
+            engine,
+            requests,
+            lambda sequence: MatchSchedule(16, CURVE, neighbours=sequence.neighbours),
+        )
+    finally:
+        engine.close()
+    for request, (records, _) in zip(requests, batched, strict=True):
+        assert_same_records(records, replay_alone(base, request, records), request.request_id)
+
+
+def test_a_slot_is_told_how_many_slots_the_last_pass_padded_it_with(base, jobs):
+    engine = BatchEngine(base, sequences=3, gather_s=30)  # a pass waits for both requests
+    first, second = (list(job.prompt_token_ids)[:20] for job in jobs[:2])
+
+    def together(*calls) -> None:
+        threads = [threading.Thread(target=call, args=args) for call, *args in calls]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+
+    try:
+        with engine.open() as a, engine.open() as b:
+            assert a.neighbours() == b.neighbours() == ALONE  # no pass yet
+            together((a.prefill, first), (b.prefill, second))
+            # a verifies 4 drafted tokens (5 positions) while b decodes one: one pass.
+            together((a.logits, [*first, *first[:4]], 5), (b.logits, second, 1))
+            assert engine.passes == 2
+            assert a.neighbours() == b.neighbours() == Neighbours(1)
+            # A third slot would join the range: padded beside both.
+            assert engine.neighbours(engine._slots[2]) == Neighbours(2)
+        with engine.open() as alone:
+            assert alone.logits(first, 1).shape == (1, base.vocab_size)
+            assert alone.neighbours() == ALONE
+    finally:
+        engine.close()
 
 
 def test_a_long_prompt_is_taken_in_chunks_while_the_others_decode(base, jobs):

@@ -36,6 +36,18 @@ class ModelIdentity:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Neighbours:
+    """What else a provider's next pass carries: the other sequences evaluated alongside this
+    one, each padded to the widest request (idle slots in range included), as its last pass
+    had it. A draft schedule prices a step on it (engine.schedule.StepCost)."""
+
+    sequences: int
+
+
+ALONE = Neighbours(0)
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens two sequences share (what a KV cache can keep)."""
     n = 0
@@ -71,6 +83,10 @@ class Provider(ABC):
         Row t scores the token after context[: len(context) - num_positions + 1 + t]: one call
         with num_positions=1 drafts a token, one with k + 1 verifies k drafted tokens.
         """
+
+    def neighbours(self) -> Neighbours:
+        """What else the next pass carries: nothing, for a provider that evaluates alone."""
+        return ALONE
 
     def next_distributions(
         self, context: Sequence[int], num_positions: int, params: GenerationParams

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import llama_cpp
 import numpy as np
 
-from .base import Provider, common_prefix
+from .base import ALONE, Neighbours, Provider, common_prefix
 from .llamacpp import LlamaCppProvider, logits_row, restore_prompt, save_prompt
 from .model_thread import MODEL_THREAD
 
@@ -117,6 +117,8 @@ class BatchEngine:
         self._lock = threading.Condition()
         self._closed = False
         self._retiring = False
+        # The last step's pass: its lowest and highest slot, and the slots with a request in it.
+        self._last_pass: tuple[int, int, set[int]] = (0, 0, set())
         self.passes = 0  # llama_decode calls, for tests and metrics
         self.positions = 0  # positions those passes carried, filler included
         # Told of each pass: (sequences with positions in it, positions, seconds).
@@ -175,6 +177,14 @@ class BatchEngine:
         if request.error is not None:
             raise request.error
         return request
+
+    def neighbours(self, slot: _Slot) -> Neighbours:
+        """What the slot's next step would share, as the last step's pass had it: the slots
+        padded alongside, from the lowest to the highest (this one joining the range)."""
+        low, high, working = self._last_pass
+        if not working - {slot.index}:
+            return ALONE
+        return Neighbours(max(high, slot.index) - min(low, slot.index))
 
     def close(self) -> None:
         with self._lock:
@@ -272,6 +282,7 @@ class BatchEngine:
             first = request.first_output if request else len(slot.cached) + width
             entries.append((slot, [*real, *[last] * (width - len(real))], first, request))
         self._decode(entries)
+        self._last_pass = (low, high, set(by_slot))
         for slot, _, _, request in entries:
             if request is not None:
                 slot.cached.extend(request.tokens[request.start :])
@@ -350,6 +361,9 @@ class SequenceProvider(Provider):
     def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
         rows = self._engine.submit(self._slot, list(context), num_positions).rows
         return np.stack(rows) if rows else np.empty((0, self.vocab_size), dtype=np.float32)
+
+    def neighbours(self) -> Neighbours:
+        return self._engine.neighbours(self._slot)
 
     def close(self) -> None:
         self._engine.release(self._slot)

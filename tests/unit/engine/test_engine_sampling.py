@@ -1,3 +1,5 @@
+import zlib
+
 import numpy as np
 import pytest
 
@@ -112,3 +114,48 @@ def test_top_tokens_of_a_short_or_empty_request():
     row = np.array([0.5, 0.0, 0.5])
     assert top_tokens(row, 10) == ((0, 0.5), (2, 0.5))
     assert top_tokens(row, 0) == ()
+
+
+def _nucleus_by_full_sort(logits: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
+    """The nucleus as first written (a stable sort of the whole row): the reference the faster
+    warp must equal bit for bit, since recorded p values are compared across builds of it."""
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    shifted = np.exp(z - z.max(axis=-1, keepdims=True))
+    probs = shifted / shifted.sum(axis=-1, keepdims=True)
+    order = np.argsort(-probs, axis=-1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(probs.shape[-1])[None, :], axis=-1)
+    sorted_probs = np.take_along_axis(probs, order, axis=-1)
+    keep = (np.cumsum(sorted_probs, axis=-1) < top_p).sum(axis=-1, keepdims=True) + 1
+    probs = np.where(ranks < keep, probs, 0.0)
+    return probs / probs.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("top_p", [1e-9, 0.05, 0.5, 0.9, 0.95, 0.999, 0.9999999])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "chat",  # a peaked row over a chat model's vocabulary
+        "flat",  # nearly uniform: the nucleus is most of the row, past every first guess
+        "ties",  # few distinct values: ties straddle every cut
+        "one-hot",  # one token holds nearly all the mass
+        "short",  # a vocabulary smaller than the first guess
+    ],
+)
+def test_top_p_equals_a_sort_of_the_whole_row_bit_for_bit(shape, top_p):
+    rng = np.random.default_rng(zlib.crc32(f"{shape} {top_p}".encode()))
+    vocab = 40 if shape == "short" else 49152
+    if shape == "chat":
+        logits = rng.standard_normal((3, vocab)) * 3
+    elif shape == "flat":
+        logits = rng.standard_normal((3, vocab)) * 1e-3
+    elif shape == "ties":
+        logits = rng.integers(0, 6, size=(3, vocab)).astype(np.float64)
+    elif shape == "one-hot":
+        logits = np.zeros((3, vocab))
+        logits[:, 7] = 40.0
+    else:
+        logits = rng.standard_normal((3, vocab))
+    logits = logits.astype(np.float32)
+    got = warp(logits, GenerationParams(temperature=0.8, top_p=top_p))
+    assert np.array_equal(got, _nucleus_by_full_sort(logits, 0.8, top_p))
