@@ -83,7 +83,27 @@ def _workers() -> dict:
     names = sorted(
         name for name, queues in replies.items() if any(q["name"] == queue for q in queues)
     )
-    return {"ok": bool(names), "count": len(names), "names": names, "queue": queue}
+    report = {"ok": bool(names), "count": len(names), "names": names, "queue": queue}
+    return {**report, "slots": _slots(app, names)} if names else report
+
+
+def _slots(app, names: list[str]) -> dict:
+    """Per worker, the jobs it decodes at once (its pool's size: PATHFINDER_WORKER_SEQUENCES or
+    -c N) and how many it is decoding now; None where a worker did not answer in time."""
+    inspect = app.control.inspect(timeout=WORKER_PING_S, destination=names, limit=len(names))
+    try:
+        stats, active = inspect.stats() or {}, inspect.active() or {}
+    except Exception:
+        return dict.fromkeys(names)
+    return {
+        name: {
+            "slots": stats[name].get("pool", {}).get("max-concurrency"),
+            "busy": len(active.get(name, [])),
+        }
+        if name in stats
+        else None
+        for name in names
+    }
 
 
 def _age_s(moment) -> float | None:

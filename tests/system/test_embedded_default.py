@@ -124,10 +124,16 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
         token = {"Authorization": f"Bearer {env['PATHFINDER_METRICS_TOKEN']}"}
         for _ in range(10):
             ready = requests.get(stack.url("/readyz"), headers=token, timeout=30)
-            if ready.status_code == 200:
+            if (
+                ready.status_code == 200
+                and None not in ready.json()["checks"]["workers"]["slots"].values()
+            ):
                 break
         assert ready.status_code == 200, ready.text
-        assert ready.json()["checks"]["workers"]["count"] == 1
+        workers = ready.json()["checks"]["workers"]
+        assert workers["count"] == 1
+        # Each worker's slots: the embedded worker decodes one job at a time, idle by now.
+        assert list(workers["slots"].values()) == [{"slots": 1, "busy": 0}], workers
         public = requests.get(stack.url("/readyz"), timeout=30)
         assert set(public.json()) == {"ready"}  # nothing more without the token
         metrics = requests.get(stack.url("/metrics"), headers=token, timeout=30).text

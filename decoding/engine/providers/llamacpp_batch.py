@@ -38,9 +38,11 @@ from .model_thread import MODEL_THREAD
 STEP_POSITIONS = 32
 # A long evaluation goes in chunks of at most this many tokens, one between two steps.
 PREFILL_CHUNK = 256
-# A step waits this long at most for every open sequence to send its next request: long enough
-# for a step's bookkeeping (verify, record, commit) in every job thread, short enough that one
-# slow commit does not hold the others back for long.
+# A step waits for every open sequence to send its next request, at most this long or as long
+# as the last step's pass took, whichever is longer. A sequence left out waits a whole pass, and
+# an idle slot inside the pass's range is padded anyway, so waiting up to a pass costs the others
+# no more than leaving it out would; with a fixed 20 ms, 16 sequences whose bookkeeping outlasted
+# it split into two alternating halves, each pass padding the other half's slots (measured).
 GATHER_S = 0.02
 
 
@@ -119,6 +121,7 @@ class BatchEngine:
         self._retiring = False
         # The last step's pass: its lowest and highest slot, and the slots with a request in it.
         self._last_pass: tuple[int, int, set[int]] = (0, 0, set())
+        self._last_pass_s = 0.0  # how long it took
         self.passes = 0  # llama_decode calls, for tests and metrics
         self.positions = 0  # positions those passes carried, filler included
         # Told of each pass: (sequences with positions in it, positions, seconds).
@@ -202,8 +205,8 @@ class BatchEngine:
                     for request in self._pending:
                         _finish(request, EngineClosed("the batch engine is closed"))
                     return
-                # Gather: every open sequence's next request, or what came within gather_s.
-                deadline = time.monotonic() + self._gather_s
+                # Gather: every open sequence's next request, or what came meanwhile.
+                deadline = time.monotonic() + max(self._gather_s, self._last_pass_s)
                 self._lock.wait_for(
                     lambda: len(self._pending) >= sum(s.open for s in self._slots),
                     max(0.0, deadline - time.monotonic()),
@@ -281,8 +284,10 @@ class BatchEngine:
             last = real[-1] if real else (slot.cached[-1] if slot.cached else 0)
             first = request.first_output if request else len(slot.cached) + width
             entries.append((slot, [*real, *[last] * (width - len(real))], first, request))
+        started = time.perf_counter()
         self._decode(entries)
         self._last_pass = (low, high, set(by_slot))
+        self._last_pass_s = time.perf_counter() - started
         for slot, _, _, request in entries:
             if request is not None:
                 slot.cached.extend(request.tokens[request.start :])

@@ -1,0 +1,189 @@
+"""The batch engine alone: N jobs decoded together in one process, without Django or the audit.
+
+    .venv/bin/python bench/batch_engine.py [--sizes 1,4,16] [--max-tokens 64] [--out DIR]
+
+bench/throughput.py measures the deployed service; this isolates the engine
+(decoding.engine.providers.llamacpp_batch) and the draft schedule a worker gives each job, so
+the gap between the service and the ceiling can be split into the engine's share and the rest.
+For each N, on the same held-out prompts as bench/throughput.py (half greedy, half sampled), side
+by side in one run:
+
+- plain: llama.cpp decoding one token per call, one job after another (greedy);
+- engine: N threads, each a SpeculativeDecoder on a slot of one BatchEngine, prompt lookup with
+  the worker's MatchSchedule priced on the pass it shares (records kept in memory);
+- engine, single-sequence curve: the same, each schedule priced as if it were alone (the
+  schedule before issue 21 item 3);
+- ceiling: a bare multi-sequence loop, one token per sequence per pass, no speculation.
+
+Reported per N: output tokens per second from the first prefill to the last token (prefills
+included), each as a ratio to plain; for the engines, the mean sequences and positions per
+decoding pass and the share of time in llama_decode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.machine import load_average, run_facts, save_results, wait_for_quiet  # noqa: E402
+from bench.throughput import ceiling, plain, prompt_tokens, served_file, workload  # noqa: E402
+
+# The worker's schedule drafts up to this many tokens (the default spec's draft_length).
+DRAFT_LENGTH = 16
+
+
+def engine(
+    path: str, bodies: list[dict], prompts: list[list[int]], max_tokens: int, batch_aware: bool
+) -> dict:
+    from decoding.engine import (
+        GenerationParams,
+        GenerationRequest,
+        MatchSchedule,
+        PromptLookupDrafter,
+        SpeculativeDecoder,
+        measure_verify_cost,
+    )
+    from decoding.engine.decoder import AuditSink
+    from decoding.engine.providers.llamacpp import LlamaCppProvider
+    from decoding.engine.providers.llamacpp_batch import BatchEngine
+    from decoding.engine.providers.model_thread import MODEL_THREAD
+    from decoding.runtime import CURVE_POSITIONS, curve_context
+
+    class Kept(AuditSink):
+        def __init__(self) -> None:
+            self.records = []
+
+        def record(self, record) -> None:
+            self.records.append(record.payload())
+
+    base = LlamaCppProvider(path, name="engine", n_threads=2, n_ctx=4096)
+    curve = MODEL_THREAD.run(
+        measure_verify_cost, base, curve_context(base.tokenizer), CURVE_POSITIONS
+    )
+    batch = BatchEngine(base, sequences=len(prompts))
+    passes: list[tuple[int, int, float]] = []
+    batch.on_pass = lambda sequences, positions, seconds: passes.append(
+        (sequences, positions, seconds)
+    )
+    results: list = [None] * len(prompts)
+
+    def job(i: int) -> None:
+        body = bodies[i]
+        params = GenerationParams(
+            max_tokens=max_tokens, temperature=body.get("temperature", 0.0),
+            top_p=body.get("top_p", 1.0), seed=body["seed"], draft_length=DRAFT_LENGTH,
+        )  # fmt: skip
+        with batch.open() as sequence:
+            neighbours = sequence.neighbours if batch_aware else None
+            schedule = MatchSchedule(DRAFT_LENGTH, curve, neighbours=neighbours)
+            decoder = SpeculativeDecoder(
+                PromptLookupDrafter(base.vocab_size), sequence, Kept(), tokenizer=base.tokenizer
+            )
+            results[i] = decoder.generate(
+                GenerationRequest(f"job-{i}", tuple(prompts[i]), params), schedule=schedule
+            )
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    batch.close()
+    tokens = sum(len(r.output_token_ids) for r in results)
+    # The decoding passes, not the prefill chunks (one sequence's, longer than any verify).
+    decoding = [p for p in passes if p[0] > 1 or p[1] <= DRAFT_LENGTH + 1]
+
+    def mean(i: int) -> float | None:
+        return round(statistics.mean(p[i] for p in decoding), 2) if decoding else None
+
+    return {
+        "elapsed_s": round(elapsed, 3), "tokens": tokens, "tok_s": round(tokens / elapsed, 2),
+        "llama_decode_share": round(sum(p[2] for p in passes) / elapsed, 3),
+        "sequences_per_pass": mean(0), "positions_per_pass": mean(1),
+        "tokens_per_step": round(tokens / sum(r.steps for r in results), 3),
+    }  # fmt: skip
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,4,16")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--max-load", type=float, default=0.7)
+    args = parser.parse_args(argv)
+    sizes = [int(n) for n in args.sizes.split(",")]
+    path = served_file()
+    from decoding.engine.providers.llamacpp import LlamaCppProvider
+
+    tokenizer = LlamaCppProvider(path, name="tokenizer", n_ctx=64).tokenizer
+    load = wait_for_quiet(args.max_load, 600)
+    rows = []
+    for n in sizes:
+        bodies = workload(n, args.max_tokens)
+        prompts = prompt_tokens(tokenizer, bodies)
+        row = {"N": n, "load_before": load_average()}
+        row["plain"] = {
+            k: v for k, v in plain(path, prompts, args.max_tokens, -1).items() if k != "outputs"
+        }
+        row["engine"] = engine(path, bodies, prompts, args.max_tokens, batch_aware=True)
+        row["engine_single_curve"] = engine(
+            path, bodies, prompts, args.max_tokens, batch_aware=False
+        )
+        row["ceiling"] = ceiling(path, prompts, args.max_tokens)
+        rows.append(row)
+        print(row, flush=True)
+    report = {
+        **run_facts("batch_engine.py"),
+        "load": load,
+        "max_tokens": args.max_tokens,
+        "rows": rows,
+    }
+    report["load"]["after"] = load_average()
+    text = markdown(report)
+    save_results(args.out, "batch-engine", report, text)
+    print(text)
+    return 0
+
+
+def markdown(report: dict) -> str:
+    m = report["machine"]
+    lines = [
+        f"# The batch engine alone ({report['date']})",
+        "",
+        f"`{report['command']}` at {report['revision']}; {m['cpu']} ({m['simd']}), "
+        f"{m['cores']} cores; load average before {report['load']['before']}, after "
+        f"{report['load']['after']}. In one process, no Django, no audit: held-out prompts "
+        "(bench/throughput.py's workload, half greedy, half sampled); tok/s from the first "
+        "prefill to the last token, prefills included. Single-curve: each job's schedule "
+        "priced as if it were alone.",
+        "",
+        "| N | plain tok/s | engine tok/s | engine × plain | single-curve × plain | "
+        "ceiling × plain | engine × ceiling | sequences / positions per pass | "
+        "single-curve | llama_decode share |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|---|---:|",
+    ]
+    for row in report["rows"]:
+        base, eng = row["plain"]["tok_s"], row["engine"]
+        single, top = row["engine_single_curve"], row["ceiling"]["tok_s"]
+        cells = [
+            row["N"], base, eng["tok_s"], f"{eng['tok_s'] / base:.2f}",
+            f"{single['tok_s'] / base:.2f}", f"{top / base:.2f}", f"{eng['tok_s'] / top:.2f}",
+            f"{eng['sequences_per_pass']} / {eng['positions_per_pass']}",
+            f"{single['sequences_per_pass']} / {single['positions_per_pass']}",
+            eng["llama_decode_share"],
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
