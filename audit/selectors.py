@@ -18,6 +18,22 @@ def trail_decisions(*, trail_id: uuid.UUID) -> QuerySet[DecisionRecord]:
     ).order_by("seq")
 
 
+def trail_decisions_since(*, trail_id: uuid.UUID, seq: int) -> tuple[list[dict], int]:
+    """The decision payloads among the trail's records from `seq` on, in order, and the seq
+    after the last record read (`seq` itself when there is none yet): where to read on from."""
+    decisions = []
+    rows = (
+        DecisionRecord.objects.filter(trail_id=trail_id, seq__gte=seq)
+        .order_by("seq")
+        .values_list("seq", "kind", "payload")
+    )
+    for seq_read, kind, payload in rows:
+        if kind == DecisionRecord.Kind.DECISION:
+            decisions.append(json.loads(payload))
+        seq = seq_read + 1
+    return decisions, seq
+
+
 def trail_decision(*, trail: Trail, step: int) -> dict | None:
     """Step `step`'s decision payload, or None if the trail has no such step."""
     record = (

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from decoding import runtime
-from decoding.engine.providers.remote import params_refusal
-from decoding.model_specs import remote_top_logprobs
+from decoding.model_specs import params_refusal
 from decoding.models import ModelSpec
 from decoding.prompts import Prompt, PromptError, prompt_tokenize
 
@@ -131,12 +130,7 @@ def _check_limits(given: dict) -> None:
 
 def _check_exact(spec: ModelSpec, params: dict) -> None:
     """A remote model is exact only for greedy decoding and top-k within what it returns."""
-    tops = remote_top_logprobs(spec)
-    if not tops:
-        return
-    refusal = params_refusal(
-        temperature=params["temperature"], top_k=params["top_k"], top_logprobs=min(tops)
-    )
+    refusal = params_refusal(spec, temperature=params["temperature"], top_k=params["top_k"])
     if refusal is not None:
         field, reason = refusal
         raise InvalidInput(field, f"Not exact on this model: {reason}.")

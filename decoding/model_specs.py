@@ -45,12 +45,15 @@ def _check_default_params(defaults) -> None:
         raise ValidationError({"default_params": str(exc)}) from exc
 
 
-def remote_top_logprobs(spec) -> list[int]:
-    """The log-probabilities per position of each model in the spec that returns only some
-    (a remote one); none: []."""
-    tops = [PROVIDER_KINDS[spec.provider].top_logprobs(spec.provider_settings or {})]
+def params_refusal(spec, *, temperature: float, top_k: int) -> tuple[str, str] | None:
+    """(field, reason) when the spec's target or draft model cannot decode these parameters
+    exactly, as its kind says (a remote model returns only some log-probabilities); else None."""
+    models = [(PROVIDER_KINDS[spec.provider], spec.provider_settings or {})]
     draft = DRAFTER_KINDS[spec.drafter].draft_provider(spec)
     if draft is not None:
-        kind, options = draft
-        tops.append(kind.top_logprobs(options))
-    return [top for top in tops if top is not None]
+        models.append(draft)
+    for kind, options in models:
+        refusal = kind.refusal(options, temperature=temperature, top_k=top_k)
+        if refusal is not None:
+            return refusal
+    return None

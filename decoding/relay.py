@@ -7,12 +7,11 @@ say when to look again.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from audit.models import DecisionRecord
+from audit.selectors import trail_decisions_since
 from decoding import events
 from decoding.models import GenerationJob
 
@@ -65,15 +64,7 @@ def follow(
             trail_id, next_seq = job.trail_id, 0
         decisions: list[dict] = []
         if trail_id is not None:
-            rows = (
-                DecisionRecord.objects.filter(trail_id=trail_id, seq__gte=next_seq)
-                .order_by("seq")
-                .values_list("seq", "kind", "payload")
-            )
-            for seq, kind, payload in rows:
-                if kind == DecisionRecord.Kind.DECISION:
-                    decisions.append(json.loads(payload))
-                next_seq = seq + 1
+            decisions, next_seq = trail_decisions_since(trail_id=trail_id, seq=next_seq)
         progress = Progress(decisions, job)
         relayed = relayed or bool(progress.token_ids)
         yield progress

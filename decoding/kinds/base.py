@@ -39,8 +39,9 @@ class ProviderKind(ABC):
         target, or None when this kind has none (the jobs then take turns on the target)."""
         return None
 
-    def top_logprobs(self, options: dict) -> int | None:
-        """How many log-probabilities per position it returns, when it returns only some."""
+    def refusal(self, options: dict, *, temperature: float, top_k: int) -> tuple[str, str] | None:
+        """(field, reason) when a model of this kind cannot decode these request parameters
+        exactly; None when it can (every kind that returns whole distributions)."""
         return None
 
 

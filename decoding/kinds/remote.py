@@ -35,6 +35,13 @@ class RemoteKind(ProviderKind):
     def top_logprobs(self, options: dict) -> int:
         return options.get("top_logprobs", DEFAULT_TOP_LOGPROBS)
 
+    def refusal(self, options: dict, *, temperature: float, top_k: int) -> tuple[str, str] | None:
+        from decoding.engine.providers.remote import params_refusal
+
+        return params_refusal(
+            temperature=temperature, top_k=top_k, top_logprobs=self.top_logprobs(options)
+        )
+
     def build(self, path, revision, options, name, *, draft):
         from decoding.engine.providers.remote import RemoteProvider
         from decoding.engine.weights import component_hashes, weights_sha256

@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from decoding import runtime
 from decoding.engine import DraftModelDrafter, PromptLookupDrafter
 from decoding.kinds.registry import DRAFTER_KINDS, PROVIDER_KINDS
-from decoding.model_specs import remote_top_logprobs
+from decoding.model_specs import params_refusal
 from decoding.models import ModelSpec
 
 
@@ -54,15 +54,22 @@ def test_each_kind_refuses_settings_that_cannot_work_naming_the_field(db, fields
     assert words in " ".join(refused.value.message_dict[field])
 
 
-def test_a_remote_models_log_probability_count_comes_from_its_own_kind():
-    remote = {"base_url": "http://h/v1", "top_logprobs": 7}
-    assert remote_top_logprobs(spec(provider="remote", provider_settings=remote)) == [7]
+def test_a_kind_refuses_what_its_model_cannot_decode_exactly():
+    remote = spec(
+        provider="remote", provider_settings={"base_url": "http://h/v1", "top_logprobs": 7}
+    )
+    assert params_refusal(remote, temperature=0.7, top_k=7) is None
+    field, reason = params_refusal(remote, temperature=0.7, top_k=8)
+    assert field == "top_k" and "the 7 log-probabilities" in reason
+    assert params_refusal(remote, temperature=0, top_k=0) is None  # greedy needs only the top
+    # A remote draft model (20 log-probabilities by default) limits its local target too.
     draft = spec(
         drafter="draft_model",
         drafter_settings={"provider": "remote", "provider_settings": {"base_url": "http://h/v1"}},
     )
-    assert remote_top_logprobs(draft) == [20]
-    assert remote_top_logprobs(spec()) == []
+    assert params_refusal(draft, temperature=0.7, top_k=20) is None
+    assert params_refusal(draft, temperature=0.7, top_k=21)[0] == "top_k"
+    assert params_refusal(spec(), temperature=0.7, top_k=0) is None
 
 
 def test_the_worker_builds_each_spec_through_its_kinds(db):
