@@ -7,7 +7,7 @@ import logging
 import secrets
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -228,6 +228,19 @@ def job_cancel(*, job: GenerationJob) -> GenerationJob:
         events.publish(job.id)
         logger.info("job cancelled before it ran", extra={"job_id": str(job.id)})
     return job
+
+
+def job_cancel_quietly(*, job: GenerationJob) -> None:
+    """Cancel a job whose caller is gone or gave up; a job already finished, or a store that is
+    down (nothing can be cancelled then: the job runs on to its end), is left be."""
+    try:
+        job_cancel(job=job)
+    except JobFinished:
+        pass
+    except DatabaseError:
+        logger.warning(
+            "could not cancel the job: audit store unavailable", extra={"job_id": str(job.id)}
+        )
 
 
 def matter_bundle_export(
