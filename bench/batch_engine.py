@@ -160,7 +160,7 @@ def markdown(report: dict) -> str:
         f"# The batch engine alone ({report['date']})",
         "",
         f"`{report['command']}` at {report['revision']}; {m['cpu']} ({m['simd']}), "
-        f"{m['cores']} cores; load average before {report['load']['before']}, after "
+        f"{m['cores']} cores; load average before {report['load']['before_run']}, after "
         f"{report['load']['after']}. In one process, no Django, no audit: held-out prompts "
         "(bench/throughput.py's workload, half greedy, half sampled); tok/s from the first "
         "prefill to the last token, prefills included. Single-curve: each job's schedule "
