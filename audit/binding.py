@@ -25,6 +25,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from audit.chain import Failure, canonical_json
+from audit.decision_rule import DECISION_SCOPE, DecisionRule
 
 FORMAT_VERSION = 2  # the format of trails opened now; v1 trails (decisions only) still verify
 REQUEST, DECISION, ANSWER = "request", "decision", "answer"
@@ -164,9 +165,10 @@ class Contents:
     last_stop: str | None = None
     failures: list[Failure] = field(default_factory=list)
     _ended: bool = False
+    _rule: DecisionRule | None = None
 
-    def fail(self, seq: int | None, reason: str) -> None:
-        self.failures.append(Failure("trail", self.trail_id, seq, reason))
+    def fail(self, seq: int | None, reason: str, scope: str = "trail") -> None:
+        self.failures.append(Failure(scope, self.trail_id, seq, reason))
 
     def observe(self, seq: int, payload: object) -> None:
         """Take the next record's decoded payload (records in seq order)."""
@@ -219,14 +221,13 @@ class Contents:
             self.fail(seq, "decision record has no emitted tokens")
         else:
             self.emitted.extend(emitted)
-        if self.request is not None:
-            if payload.get("request_id") != self.request.get("job"):
-                self.fail(seq, "decision record names another job than the request record")
-            asked, decided = self.request["params"], payload.get("params")
-            if not isinstance(decided, dict):
-                self.fail(seq, "decision record's params are not an object")
-            elif any(asked.get(name) != value for name, value in decided.items()):
-                self.fail(seq, "decision record's params differ from the request record's")
+        if self.request is not None and payload.get("request_id") != self.request.get("job"):
+            self.fail(seq, "decision record names another job than the request record")
+        if self.format_version >= 2:
+            if self._rule is None:
+                self._rule = DecisionRule(self.request)
+            for reason in self._rule.check(payload):
+                self.fail(seq, f"step {step}: {reason}", DECISION_SCOPE)
         self.decisions += 1
         self.last_stop = payload.get("stop")
 

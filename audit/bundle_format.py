@@ -161,6 +161,15 @@ def deterministic_zip(members: Sequence[tuple[str, bytes]]) -> bytes:
     return bytes(out + central + eocd)
 
 
+def described(first_record: object) -> tuple[dict, dict]:
+    """models.json and params.json of a trail, as its first record names them: the request
+    record (format 2), or the first decision (format 1). Exporters write them so; verifiers
+    require exactly these bytes, so neither member can say what the records do not."""
+    first = first_record if isinstance(first_record, dict) else {}
+    models = first.get("models") or {"draft": first.get("draft"), "target": first.get("target")}
+    return models, first.get("params", {})
+
+
 def json_member(value: object) -> bytes:
     """The form of the bundle's JSON members (all but the manifest): sorted keys, two-space
     indent, UTF-8, one trailing newline."""

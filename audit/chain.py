@@ -109,7 +109,7 @@ def ledger_entry_hash(seq: int, prev_hash: str, payload: str) -> str:
 class Failure:
     """One broken link. `seq` is the record (or ledger entry) where the break shows."""
 
-    scope: str  # "trail", "ledger" or "checkpoint"
+    scope: str  # "trail", "decision" (audit.decision_rule), "ledger" or "checkpoint"
     trail_id: str | None
     seq: int | None
     reason: str

@@ -10,7 +10,7 @@ from pathlib import Path
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from . import binding, bundle, checkpoints, claims
+from . import binding, bundle, bundle_format, checkpoints, claims
 from .bundle_format import TEXT_MEMBERS
 from .keys import signer_of
 from .log import NotYetCovered, inclusion_of
@@ -120,11 +120,8 @@ def signer(note: str) -> str:
 
 
 def described(records) -> tuple[dict, dict]:
-    """The models and parameters, as the request record (v2) or the first decision (v1) names
-    them."""
-    first = json.loads(records[0][3]) if records else {}
-    models = first.get("models") or {"draft": first.get("draft"), "target": first.get("target")}
-    return models, first.get("params", {})
+    """The models and parameters of a trail's stored records (bundle_format.described)."""
+    return bundle_format.described(json.loads(records[0][3]) if records else None)
 
 
 def texts_of(trail: Trail, records, withhold: Collection[str]) -> bundle.Texts:

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from audit import binding, chain, checkpoints, merkle
+from audit import binding, chain, checkpoints, der, merkle
 from audit.bundle_format import (
     ANSWER,
     BUNDLE_FORMAT_VERSION,
@@ -67,11 +67,13 @@ from audit.bundle_format import (
     TRAIL_MEMBERS,
     VERIFICATION,
     VERIFIER_KEY,
+    described,
     deterministic_zip,
     json_member,
     matter_member_names,
     trail_member,
 )
+from audit.decision_rule import DECISION_SCOPE
 
 _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII)
@@ -139,6 +141,7 @@ class _Bundle:
     leaf_payload: str | None = None
     checkpoint: checkpoints.Checkpoint | None = None
     contents: binding.Contents | None = None
+    first_record: object = None  # the first record's payload, decoded (None: none readable)
     question: str | None = None  # what the verified bundle says was asked, for the report
     answer: str | None = None
 
@@ -343,7 +346,9 @@ def _check_records(b: _Bundle, check: Check) -> None:
     b.contents = binding.Contents(trail_id, meta["format_version"])
     for record in stored:
         with contextlib.suppress(ValueError, RecursionError):  # the chain check named it
-            b.contents.observe(record.seq, _loads(record.payload))
+            payload = _loads(record.payload)
+            b.first_record = payload if record.seq == 0 else b.first_record
+            b.contents.observe(record.seq, payload)
     count = meta["record_count"]
     if not _int(count) or count != len(entries) or count != len(lines):
         check.fail(f"record_count {meta['record_count']!r} does not match the records")
@@ -399,7 +404,8 @@ def _check_leaf(b: _Bundle, check: Check) -> None:
         check.fail("ledger leaf seals another head hash than the records' head")
     if b.contents is not None:
         for failure in b.contents.finish(sealed_outcome=sealed["outcome"]):
-            check.fail(f"seq {failure.seq}: {failure.reason}")
+            if failure.scope != DECISION_SCOPE:  # those are the decision rule check's
+                check.fail(f"seq {failure.seq}: {failure.reason}")
         request = b.contents.request
         if request is not None and sealed["job"] != request.get("job"):
             check.fail("ledger leaf seals another job than the request record names")
@@ -407,6 +413,23 @@ def _check_leaf(b: _Bundle, check: Check) -> None:
         check.detail = (
             f"ledger entry {b.leaf_index} seals this trail, {b.record_count} records and its head "
             f"(job {sealed['job']}, outcome {sealed['outcome']})"
+        )
+
+
+def _check_decisions(b: _Bundle, check: Check) -> None:
+    """Every decision obeys the rule its own numbers force (audit.decision_rule)."""
+    if b.contents is None:
+        check.fail("no readable records to re-check (see the records check)")
+        return
+    for failure in b.contents.failures:
+        if failure.scope == DECISION_SCOPE:
+            check.fail(f"seq {failure.seq}: {failure.reason}")
+    if b.contents.format_version < 2:
+        check.detail = "format 1 records carry no decision rule fields: nothing to re-check"
+    elif not check.failures:
+        check.detail = (
+            f"{b.contents.decisions} decisions re-checked: draws, ratios, accept tests, "
+            "corrections, emitted tokens, stops and the token budget follow from the records"
         )
 
 
@@ -584,15 +607,37 @@ def _check_timestamp(b: _Bundle, check: Check, tsa_pem: bytes) -> None:
         check.fail(str(exc))
 
 
+def _check_timestamp_shape(b: _Bundle, check: Check) -> None:
+    """With no authority pinned, checkpoint.tsr must still be a timestamp response, not noise."""
+    failure = der.timestamp_response_failure(b.members[TIMESTAMP])
+    if failure is not None:
+        check.fail(f"checkpoint.tsr is not an RFC 3161 timestamp response: {failure}")
+    else:
+        check.detail = (
+            "checkpoint.tsr is a granted RFC 3161 response; its signature and time are not "
+            "checked without the authority's certificate (--tsa-cert)"
+        )
+
+
+def _check_described(b: _Bundle, check: Check) -> None:
+    """models.json and params.json are exactly what the first record names, nothing else."""
+    models, params = described(b.first_record)
+    for name, value in ((MODELS, models), (PARAMS, params)):
+        if name not in b.members:
+            check.fail(f"{name} is missing")
+        elif b.members[name] != json_member(value):
+            check.fail(f"{name} is not what the records name (in the bundle's JSON form)")
+    if not check.failures:
+        check.detail = "models.json and params.json are what the first record names, byte for byte"
+
+
 def _check_descriptive(b: _Bundle, check: Check) -> None:
     if REPORT in b.members and not b.members[REPORT].startswith(b"%PDF-"):
         check.fail(f"{REPORT} is not a PDF")
-    for name in (MODELS, PARAMS):
-        b.json(name, check)
     for name in (VERIFICATION, README):
         b.text(name, check)
     if not check.failures:
-        check.detail = "models.json and params.json are JSON objects; the texts are UTF-8" + (
+        check.detail = "the texts are UTF-8" + (
             f"; {REPORT} is a PDF" if REPORT in b.members else ""
         )
 
@@ -671,9 +716,11 @@ def _check_trail(b: _Bundle, label: str) -> None:
     """One trail's own checks: its chain, its leaf, the leaf's proof, its texts."""
     _check_records(b, b.check(f"{label}records and chain"))
     _check_leaf(b, b.check(f"{label}ledger leaf"))
+    _check_decisions(b, b.check(f"{label}decision rule"))
     leaf_check = b.check(f"{label}leaf hash")
     _check_proof(b, leaf_check, b.check(f"{label}inclusion proof"))
     _check_disclosures(b, b.check(f"{label}question and answer"))
+    _check_described(b, b.check(f"{label}models and params"))
 
 
 def _check_signed(b: _Bundle, keys, witness_keys, witness_quorum, tsa_pem) -> None:
@@ -698,6 +745,8 @@ def _check_signed(b: _Bundle, keys, witness_keys, witness_quorum, tsa_pem) -> No
         _check_witnesses(b, b.check("witness cosignatures"), witness_keys, quorum)
     if tsa_pem is not None:
         _check_timestamp(b, b.check("timestamp"), tsa_pem)
+    elif b.members.get(TIMESTAMP):
+        _check_timestamp_shape(b, b.check("timestamp"))
 
 
 _MATTER_KEYS = {"format_version", "matter", "since", "until", "tree_size", "trails", "left_out"}
@@ -753,12 +802,47 @@ def _check_matter(b: _Bundle, names: list[str]) -> dict | None:
     elif ids:
         members.detail = f"exactly the expected members, in order, for {len(ids)} trails"
     _check_manifest(b, names, b.check("manifest"))
-    for entry in listed:
-        _check_listed_trail(b, doc, entry)
+    requests = [_check_listed_trail(b, doc, entry) for entry in listed]
+    if listed:
+        _check_attempts(listed, requests, left_out if isinstance(left_out, list) else [], b)
     return doc
 
 
-def _check_listed_trail(b: _Bundle, doc: dict, entry: dict) -> None:
+def _check_attempts(listed: list[dict], requests: list, left_out: list[dict], b: _Bundle) -> None:
+    """Every attempt's earlier attempt is in the bundle or listed as left out, so dropping one
+    from a matter shows: attempt n > 1 names attempt n - 1 of the same job (previous_trail)."""
+    check = b.check("attempts")
+    listed_by_id = {e["trail_id"]: e for e in listed}
+    left_by_id = {
+        e["trail_id"]: e
+        for e in left_out
+        if isinstance(e, dict) and isinstance(e.get("trail_id"), str)
+    }
+    for entry, request in zip(listed, requests, strict=True):
+        if request is None:
+            continue  # its listing check failed for that
+        attempt, previous = request.get("attempt"), request.get("previous_trail")
+        name = f"trail {entry['trail_id']} (attempt {attempt!r})"
+        if previous is not None and not isinstance(previous, str):
+            check.fail(f"{name}: previous_trail is not a trail id")
+        elif (attempt == 1) != (previous is None):
+            check.fail(f"{name}: the first attempt, and only it, names no previous trail")
+        elif previous in listed_by_id:
+            earlier = listed_by_id[previous]
+            if (earlier["job_id"], earlier["attempt"]) != (entry["job_id"], attempt - 1):
+                check.fail(f"{name}: its previous trail is not attempt {attempt - 1} of its job")
+        elif previous is not None and left_by_id.get(previous, {}).get("job_id") != entry["job_id"]:
+            check.fail(
+                f"{name}: its previous trail {previous} is neither in the bundle nor left out"
+            )
+    if not check.failures:
+        check.detail = (
+            "every attempt after the first names its earlier one, in the bundle or left out"
+        )
+
+
+def _check_listed_trail(b: _Bundle, doc: dict, entry: dict) -> dict | None:
+    """One listed trail checked as a bundle of its own; its request record (None: none)."""
     trail_id = entry["trail_id"]
     own = {
         name: b.members[trail_member(trail_id, name)]
@@ -804,6 +888,7 @@ def _check_listed_trail(b: _Bundle, doc: dict, entry: dict) -> None:
             f"job {entry['job_id']}, attempt {entry['attempt']}, {entry['outcome']}, of matter "
             f"{doc['matter']!r}"
         )
+    return request
 
 
 def _check_matter_descriptive(b: _Bundle, check: Check) -> None:

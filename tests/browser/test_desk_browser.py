@@ -22,6 +22,7 @@ from playwright.sync_api import Page, expect
 from audit.bundle_format import deterministic_zip, manifest_member, matter_member_names
 from audit.offline_verify import check_bundle
 from tests.system.helpers import REPO_ROOT
+from tests.unit.engine.test_decision_recheck import KINDS, LIES, failures, honest_trail
 
 from .helpers import Portal
 from .test_portal_browser import describe_run, job_rows, log_in, offline_verify, walk_url
@@ -198,6 +199,17 @@ def tampered_copies(data: bytes) -> dict[str, bytes]:
         lines = m["checkpoint.txt"].decode().split("\n")
         m["checkpoint.txt"] = "\n".join(lines[:5] + [""]).encode()  # body, blank, log's line
 
+    def params(m):
+        doc = json.loads(m[prefix + "params.json"])
+        m[prefix + "params.json"] = json_form({**doc, "system_prompt": "Answer in French."})
+
+    def models(m):
+        doc = json.loads(m[prefix + "models.json"])
+        m[prefix + "models.json"] = json_form({**doc, "target": {**doc["target"], "name": "x"}})
+
+    def garbage_timestamp(m):
+        m["checkpoint.tsr"] = b"\x30\x03\x02\x01\x02"  # a SEQUENCE, but status "rejection"
+
     flipped = bytearray(data)
     flipped[len(flipped) // 2] ^= 0x01
     return {
@@ -207,7 +219,14 @@ def tampered_copies(data: bytes) -> dict[str, bytes]:
         "checkpoint size edited": repacked(data, checkpoint),
         "witness cosignature stripped": repacked(data, no_cosignature),
         "one byte flipped": bytes(flipped),
+        "params.json rewritten": repacked(data, params),
+        "models.json rewritten": repacked(data, models),
+        "checkpoint.tsr garbage": repacked(data, garbage_timestamp),
     }
+
+
+def json_form(value) -> bytes:
+    return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
 
 def agree(page: Page, data: bytes, log_keys: list[str], witness_keys=()) -> tuple[bool, dict]:
@@ -270,6 +289,73 @@ def test_the_page_verifier_agrees_with_offline_verify_on_every_bundle(
     assert not agree(page, trail, [golden_log])[0]
 
 
+def crafted_copies(data: bytes) -> dict[str, bytes]:
+    """Bundles built to break a parser rather than to pass (issue 22; written before the fix)."""
+    prefix = next(n for n in members_of(data) if n.endswith("answer.txt"))[: -len("answer.txt")]
+
+    def not_utf8(m):
+        m[prefix + "records.jsonl"] = b"\xff" + m[prefix + "records.jsonl"]
+
+    def salt_not_hex(m):
+        doc = json.loads(m[prefix + "disclosures.json"])
+        doc[sorted(doc)[0]]["salt"] = "zz-not-hex"
+        m[prefix + "disclosures.json"] = (json.dumps(doc, sort_keys=True, indent=2) + "\n").encode()
+
+    def null_row(m):
+        doc = json.loads(m[prefix + "chain.json"])
+        doc["records"][0] = None
+        m[prefix + "chain.json"] = (json.dumps(doc, sort_keys=True, indent=2) + "\n").encode()
+
+    return {
+        "records.jsonl not UTF-8": repacked(data, not_utf8),
+        "a salt that is not hex": repacked(data, salt_not_hex),
+        "a null chain row": repacked(data, null_row),
+        "20,000 entries naming one member": one_member_many_times(data, 20_000),
+    }
+
+
+def one_member_many_times(data: bytes, count: int) -> bytes:
+    """A central directory whose every entry points at the first member's local header."""
+    eocd = data.rindex(b"PK\x05\x06")
+    directory = int.from_bytes(data[eocd + 16 : eocd + 20], "little")
+    name_len, extra_len, comment_len = (
+        int.from_bytes(data[directory + at : directory + at + 2], "little") for at in (28, 30, 32)
+    )
+    entry = data[directory : directory + 46 + name_len + extra_len + comment_len]
+    central = entry * count
+    end = (
+        data[eocd : eocd + 8]
+        + count.to_bytes(2, "little") * 2
+        + len(central).to_bytes(4, "little")
+        + directory.to_bytes(4, "little")
+        + b"\x00\x00"
+    )
+    return data[:directory] + central + end
+
+
+def test_the_page_verifier_fails_crafted_bundles_and_never_hangs(
+    page: Page, portal: Portal, tmp_path
+):
+    log_in(page, portal.alice)
+    page.goto("/portal/verify")
+    expect(page.locator("form#verify-form")).to_be_visible()
+    real = (DATA / "sample-matter.zip").read_bytes()
+    for name, copy in crafted_copies(real).items():
+        ok, js = agree(page, copy, [GOLDEN_KEYS["log_verifier"]], [GOLDEN_KEYS["witness_verifier"]])
+        assert not ok, name
+        assert any(not c["ok"] for c in js["checks"]), (name, js)
+    # Through the form, as a reviewer uploads it: the verdict comes (from the page's Web
+    # Worker), never an endless "Checking".
+    for copy in crafted_copies(real).values():
+        upload = tmp_path / "crafted.zip"
+        upload.write_bytes(copy)
+        page.fill("#log-keys", GOLDEN_KEYS["log_verifier"])
+        page.set_input_files("#bundle-file", str(upload))
+        page.locator("button#verify-bundle").click()
+        expect(page.locator("#verdict")).to_contain_text("NOT verified", timeout=30_000)
+        page.reload()
+
+
 def test_a_reviewer_verifies_a_download_in_the_page(
     page: Page, portal: Portal, tmp_path, screenshot_dir
 ):
@@ -290,3 +376,30 @@ def test_a_reviewer_verifies_a_download_in_the_page(
     page.locator("button#verify-bundle").click()
     expect(page.locator("#verdict")).to_contain_text("NOT verified")
     expect(page.locator('li[data-ok="false"]').first).to_contain_text("question and answer")
+
+
+def in_page_rule(page: Page, request: dict, decisions: list[dict]) -> list[dict]:
+    return page.evaluate(
+        "([r, d]) => window.PathfinderDecisionRule.failures(r, d)", [request, decisions]
+    )
+
+
+def test_the_page_re_checks_every_decision_as_offline_verify_does(page: Page, portal: Portal):
+    """decision-rule.js against audit.decision_rule, on the engine's own records and each lie."""
+    log_in(page, portal.alice)
+    page.goto("/portal/verify")
+    expect(page.locator("form#verify-form")).to_be_visible()
+    for drafter, temperature in KINDS:
+        for max_tokens, eos in ((24, None), (5, None), (40, 3)):
+            request, decisions = honest_trail(drafter, temperature, max_tokens, eos)
+            assert in_page_rule(page, request, decisions) == [], (drafter, temperature)
+    request, decisions = honest_trail("model", 1.0)
+    for lie, edit in LIES.items():
+        lied = json.loads(json.dumps(decisions))
+        edit(lied)
+        python, js = failures(request, lied), in_page_rule(page, request, lied)
+        assert python and js, (lie, python, js)
+        assert len(js) == len(python), (lie, python, js)
+    # Python's repr of a float, which the records use, for the numbers that trip formatters.
+    for x in (1.0, 0.1, 1e-05, 0.0001, 1e16, 1.5e-07, 123456789.125, 2.5e-323, 0.30000000000000004):
+        assert page.evaluate("x => window.PathfinderDecisionRule.numberText(x)", x) == repr(x)

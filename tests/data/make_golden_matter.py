@@ -46,7 +46,7 @@ def _abandoned_records() -> list[tuple[int, str, str, str]]:
             models={"draft": v2.MODEL, "target": v2.MODEL},
             question=question,
         ),
-        {**v2._decision(0, [50, 51], None), "request_id": ABANDONED_JOB},
+        {**v2._decision(0, [50, 51], None, prompt_tokens=3), "request_id": ABANDONED_JOB},
     ]
     records, prev = [], chain.genesis_hash(ABANDONED_TRAIL)
     for seq, payload in enumerate(payloads):

@@ -50,7 +50,7 @@ MODEL = {
 }
 
 
-def _decision(step: int, emitted: list[int], stop: str | None) -> dict:
+def _decision(step: int, emitted: list[int], stop: str | None, prompt_tokens: int = 5) -> dict:
     return {
         "v": 2,
         "kind": "decision",
@@ -60,7 +60,7 @@ def _decision(step: int, emitted: list[int], stop: str | None) -> dict:
         "draft": MODEL,
         "target": MODEL,
         "params": PARAMS,
-        "context_length": 5 + 2 * step,
+        "context_length": prompt_tokens + 2 * step,
         "draft_length": 1,
         "drafted": [
             {
@@ -73,7 +73,7 @@ def _decision(step: int, emitted: list[int], stop: str | None) -> dict:
             },
         ],  # fmt: skip
         "accepted_count": 1,
-        "correction": {"token": emitted[-1], "kind": "argmax", "u": None, "p": "0.25"},
+        "correction": {"token": emitted[-1], "kind": "argmax-bonus", "u": None, "p": "0.25"},
         "emitted": emitted,
         "stop": stop,
         "rationale": "Accepted all 1 drafted tokens; bonus token was taken as the target's argmax.",

@@ -18,6 +18,7 @@ from decoding.claims import job_request_payload
 from decoding.execution import LeaseHeld, job_run
 from decoding.models import GenerationJob, Replay
 from decoding.tasks import recovery_sweep
+from tests.integration.records import plain_step
 
 
 @pytest.fixture
@@ -40,10 +41,10 @@ def died_mid_decode(job: GenerationJob, *, records: int = 2, lease_left_s: float
         trail_seal(trail_id=job.trail_id, outcome="abandoned")
     trail = trail_open(job_id=job.id, attempt=job.attempts + 1, previous_id=job.trail_id)
     models, _ = runtime.models_for(job.model_spec)
-    trail_append(trail_id=trail.id, payload=job_request_payload(job, trail, models))
+    request = job_request_payload(job, trail, models)
+    trail_append(trail_id=trail.id, payload=request)
     for step in range(records):
-        decision = {"v": 2, "kind": "decision", "request_id": str(job.id), "step": step}
-        trail_append(trail_id=trail.id, payload={**decision, "params": {}, "emitted": [5]})
+        trail_append(trail_id=trail.id, payload=plain_step(request, step, token=5))
     GenerationJob.objects.filter(pk=job.pk).update(
         status="running",
         attempts=job.attempts + 1,

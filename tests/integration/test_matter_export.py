@@ -194,7 +194,15 @@ def test_no_competent_edit_survives(produced, tmp_path):
     def other_checkpoint(m):
         m[CHECKPOINT] = m[CHECKPOINT].replace(b"\n", b"\n\n", 1)
 
+    def drop_earlier_attempt(m):
+        listed = json.loads(m[MATTER])
+        listed["trails"] = [t for t in listed["trails"] if t["trail_id"] != abandoned["trail_id"]]
+        m[MATTER] = json_member(listed)
+        for name in [n for n in m if n.startswith(f"trails/{abandoned['trail_id']}/")]:
+            del m[name]
+
     cases = {
+        drop_earlier_attempt: "is neither in the bundle nor left out",
         edit_answer: "answer.text is not the text",
         unmark_abandoned: "another job or outcome",
         rename_matter: "its request record is of matter",

@@ -8,12 +8,14 @@
    Checks, each reported by name: the zip rebuilds byte for byte; the members are the format's;
    the manifest is canonical and every hash matches; per trail, the records are canonical and
    chain from the genesis hash, the ledger leaf seals that chain, the leaf's inclusion proof
-   leads to the checkpoint's root, the disclosed texts match their salted digests (and, in a
+   leads to the checkpoint's root, every decision obeys the rule its numbers force
+   (decision-rule.js, which the page loads first), the disclosed texts match their salted digests (and, in a
    matter bundle, the trail is the one listed, of the matter); the checkpoint is signed by a
    pinned log key; every pinned witness cosigned it.
 
-   window.PathfinderVerify.verify(bytes, {logKeys: [...], witnessKeys: [...]}) resolves to
-   {ok, kind, checks: [{name, ok, failures, detail}]}; the page's form calls it. */
+   PathfinderVerify.verify(bytes, {logKeys: [...], witnessKeys: [...]}) resolves to
+   {ok, kind, checks: [{name, ok, failures, detail}]} and never rejects; the page's form runs it
+   in verify-worker.js, under a size and a time limit. */
 (function () {
   "use strict";
 
@@ -107,7 +109,8 @@
     while (eocd >= 0 && view.getUint32(eocd, true) !== 0x06054b50) eocd--;
     if (eocd < 0) throw new Error("no end of central directory: not a zip");
     const count = view.getUint16(eocd + 10, true);
-    let at = view.getUint32(eocd + 16, true);
+    const directory = view.getUint32(eocd + 16, true);
+    let at = directory, end = 0;  // members lie in order, apart, before the central directory
     const members = [];
     for (let i = 0; i < count; i++) {
       if (view.getUint32(at, true) !== 0x02014b50) throw new Error("a broken central directory");
@@ -119,7 +122,10 @@
       const local = view.getUint32(at + 42, true);
       const name = text(data.subarray(at + 46, at + 46 + nameLen));
       if (method !== 0) throw new Error(`member ${name} is compressed; bundle members are stored`);
+      if (local < end || view.getUint32(local, true) !== 0x04034b50) throw new Error(`member ${name} overlaps another or has no local header`);
       const start = local + 30 + view.getUint16(local + 26, true) + view.getUint16(local + 28, true);
+      end = start + size;
+      if (end > directory) throw new Error(`member ${name} runs past the central directory`);
       members.push([name, data.subarray(start, start + size)]);
       at += 46 + nameLen + extraLen + commentLen;
     }
@@ -364,15 +370,128 @@
 
   // --- a bundle, whole -------------------------------------------------------------------------
 
+  async function checkDecisions(chain, check) {  // decision-rule.js, on every format-2 decision
+    if (!chain) { check.fail("no readable records to re-check (see the records check)"); return; }
+    const request = chain.payloads.find((p) => p && p.kind === "request") ?? null;
+    const decisions = chain.payloads.filter((p) => p && p.kind === "decision");
+    for (const { step, reason } of await globalThis.PathfinderDecisionRule.failures(request, decisions)) {
+      check.fail(`step ${step}: ${reason}`);
+    }
+    if (check.ok) check.detail = `${decisions.length} decisions re-checked: draws, ratios, accept tests, corrections, emitted tokens, stops and the token budget follow from the records`;
+  }
+
+  // models.json and params.json are exactly what the first record names (audit.bundle_format
+  // .described): the request record's models and params, or a format-1 first decision's.
+  const pyFalsy = (v) => v === null || v === undefined || v === false || v === 0 || v === "" ||
+    (typeof v === "object" && Object.keys(v).length === 0);
+  function checkDescribed(m, chain, check) {
+    const first = chain?.payloads[0];
+    const record = first && typeof first === "object" && !Array.isArray(first) ? first : {};
+    const models = pyFalsy(record.models) ? { draft: record.draft ?? null, target: record.target ?? null } : record.models;
+    const params = "params" in record ? record.params : {};
+    for (const [name, value] of [["models.json", models], ["params.json", params]]) {
+      const bytes = m.get(name);
+      if (!bytes) check.fail(`${name} is missing`);
+      else if (!equal(utf8(memberForm(value)), bytes)) check.fail(`${name} is not what the records name (in the bundle's JSON form)`);
+    }
+    if (check.ok) check.detail = "models.json and params.json are what the first record names, byte for byte";
+  }
+
+  // --- the timestamp's shape (audit/der.py): one DER TimeStampResp, granted, CMS SignedData ---
+
+  function tlv(data, at) {  // [tag, value, end]; definite, minimal lengths only
+    if (at + 2 > data.length) throw new Error("truncated");
+    const tag = data[at], first = data[at + 1];
+    at += 2;
+    let length = first;
+    if (first >= 0x80) {
+      const count = first & 0x7f;
+      if (count === 0 || count > 4 || at + count > data.length) throw new Error("an indefinite or oversized length");
+      length = 0;
+      for (let i = 0; i < count; i++) length = length * 256 + data[at + i];
+      if (length < 0x80 || data[at] === 0) throw new Error("a length not in its shortest form");
+      at += count;
+    }
+    if (at + length > data.length) throw new Error("a length past the end");
+    return [tag, data.subarray(at, at + length), at + length];
+  }
+  const SIGNED_DATA = unhex("2a864886f70d010702");
+  function timestampFailure(data) {
+    try {
+      const [tag, body, end] = tlv(data, 0);
+      if (tag !== 0x30 || end !== data.length) return "not one DER SEQUENCE";
+      const [statusTag, status, after] = tlv(body, 0);
+      if (statusTag !== 0x30) return "no PKIStatusInfo";
+      const [intTag, value] = tlv(status, 0);
+      if (intTag !== 0x02 || !(value.length === 1 && value[0] <= 1)) return "its status is not granted";
+      const [tokenTag, token] = tlv(body, after);
+      if (tokenTag !== 0x30) return "no timeStampToken";
+      const [oidTag, oid] = tlv(token, 0);
+      if (oidTag !== 0x06 || !equal(oid, SIGNED_DATA)) return "its token is not CMS SignedData";
+    } catch (e) { return `not DER (${e.message})`; }
+    return null;
+  }
+
+  // A crafted member (a null row, a salt that is not hex, text that is not UTF-8) must fail
+  // the check it feeds, never stop the verifier: every step runs under this guard.
+  async function guarded(check, step) {
+    try { return await step(); } catch (e) { check.fail(`unreadable (${e.message})`); return null; }
+  }
+
   async function checkTrail(m, checkpoint, label, checks) {
     const add = (name) => { const c = new Check(label + name); checks.push(c); return c; };
-    const chain = await checkChain(m, add("records and chain"));
-    const sealed = await checkLeafAndProof(m, chain, checkpoint, add("ledger leaf"), add("inclusion proof"));
-    await checkTexts(m, chain, add("question and answer"));
+    const chainCheck = add("records and chain");
+    const chain = await guarded(chainCheck, () => checkChain(m, chainCheck));
+    const leafCheck = add("ledger leaf"), proofCheck = add("inclusion proof");
+    const sealed = await guarded(leafCheck, () => checkLeafAndProof(m, chain, checkpoint, leafCheck, proofCheck));
+    const ruleCheck = add("decision rule");
+    await guarded(ruleCheck, () => checkDecisions(chain, ruleCheck));
+    const textCheck = add("question and answer");
+    await guarded(textCheck, () => checkTexts(m, chain, textCheck));
+    const describedCheck = add("models and params");
+    await guarded(describedCheck, () => checkDescribed(m, chain, describedCheck));
     return { chain, sealed };
   }
 
-  async function verify(bytes, pins = {}) {
+  async function verify(bytes, pins = {}) {  // never rejects: whatever goes wrong is a failed check
+    try { return await verifyBundle(bytes, pins); } catch (e) {
+      return { kind: "unreadable", ok: false, checks: [
+        { name: "bundle", ok: false, failures: [`unreadable (${e.message})`], detail: "" }] };
+    }
+  }
+
+  function checkListing(entry, matter, chain, sealed, listing) {  // a matter.json entry is its trail
+    const request = chain?.payloads.find((p) => p && p.kind === "request");
+    if (chain?.trailId !== entry.trail_id) listing.fail("its chain is of another trail than matter.json lists");
+    if (sealed?.index !== entry.leaf_index || sealed?.job !== entry.job_id || sealed?.outcome !== entry.outcome) listing.fail("its ledger leaf is not the entry, job or outcome listed");
+    if (entry.abandoned !== (entry.outcome === "abandoned")) listing.fail("abandoned must be true exactly when the outcome is");
+    if (!request) listing.fail("it has no request record, so nothing binds it to the matter");
+    else if (request.matter !== matter.matter || request.attempt !== entry.attempt) listing.fail(`its request record is of matter '${request.matter}', attempt ${request.attempt}`);
+  }
+
+  // Attempt n > 1 names attempt n - 1 of its job (previous_trail), which must be in the bundle
+  // or listed as left out: a dropped earlier attempt shows (audit.offline_verify._check_attempts).
+  function checkAttempts(listed, requests, leftOut, check) {
+    const byId = new Map(listed.map((e) => [e.trail_id, e]));
+    const left = new Map((Array.isArray(leftOut) ? leftOut : []).filter((e) => e && typeof e === "object").map((e) => [e.trail_id, e]));
+    listed.forEach((entry, i) => {
+      const request = requests[i];
+      if (!request) return;  // its listing check failed for that
+      const { attempt, previous_trail: previous } = request;
+      const name = `trail ${entry.trail_id} (attempt ${attempt})`;
+      if (previous != null && typeof previous !== "string") check.fail(`${name}: previous_trail is not a trail id`);
+      else if ((attempt === 1) !== (previous === null || previous === undefined)) check.fail(`${name}: the first attempt, and only it, names no previous trail`);
+      else if (byId.has(previous)) {
+        const earlier = byId.get(previous);
+        if (earlier.job_id !== entry.job_id || earlier.attempt !== attempt - 1) check.fail(`${name}: its previous trail is not attempt ${attempt - 1} of its job`);
+      } else if (previous != null && left.get(previous)?.job_id !== entry.job_id) {
+        check.fail(`${name}: its previous trail ${previous} is neither in the bundle nor left out`);
+      }
+    });
+    if (check.ok) check.detail = "every attempt after the first names its earlier one, in the bundle or left out";
+  }
+
+  async function verifyBundle(bytes, pins) {
     const data = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
     const checks = [];
     const add = (name) => { const c = new Check(name); checks.push(c); return c; };
@@ -410,21 +529,29 @@
     const noteCheck = add("checkpoint signature");
     try { note = parseNote(text(m.get("checkpoint.txt"))); } catch (e) { noteCheck.fail(`checkpoint.txt: ${e.message}`); }
     if (isMatter) {
+      if (!listed.length) matterCheck.fail("trails must be a non-empty list: a matter bundle proves at least one trail");
+      const requests = [];
       for (const entry of listed) {
         const own = new Map(TRAIL_MEMBERS.map((n) => [n, m.get(`trails/${entry.trail_id}/${n}`)]).filter(([, v]) => v));
         const label = `trail ${entry.trail_id}: `;
         const { chain, sealed } = await checkTrail(own, note, label, checks);
         const listing = add(label + "listing");
-        const request = chain?.payloads.find((p) => p && p.kind === "request");
-        if (chain?.trailId !== entry.trail_id) listing.fail("its chain is of another trail than matter.json lists");
-        if (sealed?.index !== entry.leaf_index || sealed?.job !== entry.job_id || sealed?.outcome !== entry.outcome) listing.fail("its ledger leaf is not the entry, job or outcome listed");
-        if (entry.abandoned !== (entry.outcome === "abandoned")) listing.fail("abandoned must be true exactly when the outcome is");
-        if (!request) listing.fail("it has no request record, so nothing binds it to the matter");
-        else if (request.matter !== matter.matter || request.attempt !== entry.attempt) listing.fail(`its request record is of matter '${request.matter}', attempt ${request.attempt}`);
+        await guarded(listing, () => checkListing(entry, matter, chain, sealed, listing));
+        requests.push(chain?.payloads.find((p) => p && p.kind === "request") ?? null);
+      }
+      if (listed.length) {
+        const attempts = add("attempts");
+        await guarded(attempts, () => checkAttempts(listed, requests, matter.left_out, attempts));
       }
       if (matter && note && matter.tree_size !== note.size) matterCheck.fail("tree_size is not the checkpoint's size");
     } else {
       await checkTrail(m, note, "", checks);
+    }
+    if (m.get("checkpoint.tsr")?.length) {  // no authority is pinned here: the shape only
+      const stamp = add("timestamp");
+      const failure = timestampFailure(m.get("checkpoint.tsr"));
+      if (failure) stamp.fail(`checkpoint.tsr is not an RFC 3161 timestamp response: ${failure}`);
+      else stamp.detail = "checkpoint.tsr is a granted RFC 3161 response; its signature and time need the authority's certificate (offline_verify --tsa-cert)";
     }
     if (note) {
       try {
@@ -478,14 +605,35 @@
       const where = document.getElementById("verify-result");
       const file = document.getElementById("bundle-file").files[0];
       if (!file) { where.textContent = "Choose a bundle first."; return; }
+      if (file.size > MAX_BUNDLE_BYTES) {
+        show(refused(`the bundle is ${file.size} bytes, over the ${MAX_BUNDLE_BYTES}-byte limit (offline_verify's)`), where);
+        return;
+      }
       where.textContent = "Checking…";
-      const outcome = await verify(new Uint8Array(await file.arrayBuffer()),
-        { logKeys: pinned("log-keys"), witnessKeys: pinned("witness-keys") });
-      show(outcome, where);
+      const pins = { logKeys: pinned("log-keys"), witnessKeys: pinned("witness-keys") };
+      show(await inWorker(form, new Uint8Array(await file.arrayBuffer()), pins), where);
     });
   }
 
-  window.PathfinderVerify = { verify, canonical };
+  // The page's limits: offline_verify's size limit, and a time past which a bundle is judged
+  // built to stall the verifier (a real matter of thousands of trails takes seconds).
+  const MAX_BUNDLE_BYTES = 256 * 1024 * 1024;
+  const TIME_LIMIT_S = 120;
+  const refused = (reason) => ({ kind: "unreadable", ok: false, checks: [{ name: "bundle", ok: false, failures: [reason], detail: "" }] });
+  function inWorker(form, bytes, pins) {  // verify() in a Web Worker, stopped at the time limit
+    return new Promise((resolve) => {
+      const worker = new Worker(form.dataset.worker);
+      const done = (outcome) => { clearTimeout(timer); worker.terminate(); resolve(outcome); };
+      const timer = setTimeout(() => done(refused(`not finished after ${TIME_LIMIT_S} s: stopped`)), TIME_LIMIT_S * 1000);
+      worker.onmessage = (event) => done(event.data);
+      worker.onerror = (event) => { event.preventDefault(); done(refused(`the verifier failed (${event.message})`)); };
+      worker.postMessage({ scripts: [form.dataset.decisionRule, form.dataset.verifier] });
+      worker.postMessage({ bytes, pins }, [bytes.buffer]);
+    });
+  }
+
+  globalThis.PathfinderVerify = { verify, canonical };
+  if (typeof document === "undefined") return;  // inside verify-worker.js
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", wire);
   else wire();
 })();

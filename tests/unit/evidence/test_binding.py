@@ -8,7 +8,7 @@ from audit.chain import canonical_json
 
 SALT = "ab" * 32
 JOB = "11111111-2222-4333-8444-555555555555"
-PARAMS = {"max_tokens": 8, "temperature": "0.0", "top_k": 0, "top_p": "1.0", "seed": 1,
+PARAMS = {"max_tokens": 3, "temperature": "0.0", "top_k": 0, "top_p": "1.0", "seed": 1,
           "draft_length": 2, "eos_token_id": None}  # fmt: skip
 QUESTION = binding.Question(
     "prompt",
@@ -34,9 +34,16 @@ def request(**over) -> dict:
     return {**payload, **over}
 
 
-def decision(step: int, emitted, stop=None, **over) -> dict:
+def decision(step: int, emitted, stop=None, before=0, **over) -> dict:
+    """A greedy decision that obeys the rule: every token but the last drafted and accepted,
+    the last the target's argmax after them; `before` tokens were emitted by earlier steps."""
+    drafted = [{"token": t, "q": "1.0", "p": "0.5", "ratio": None, "u": None, "accepted": True}
+               for t in emitted[:-1]]  # fmt: skip
+    correction = {"token": emitted[-1], "kind": "argmax-bonus", "u": None, "p": "0.5"}
     payload = {"v": 2, "kind": "decision", "request_id": JOB, "step": step, "params": PARAMS,
-               "emitted": emitted, "stop": stop}  # fmt: skip
+               "rule": "greedy-argmax", "draft": {}, "target": {}, "context_length": 3 + before,
+               "draft_length": len(drafted), "drafted": drafted, "accepted_count": len(drafted),
+               "correction": correction, "emitted": emitted, "stop": stop}  # fmt: skip
     return {**payload, **over}
 
 
@@ -54,7 +61,7 @@ def walk(payloads, outcome="succeeded", version=2) -> binding.Contents:
     return contents
 
 
-GOOD = [request(), decision(0, [1, 2]), decision(1, [3], stop="max_tokens"), answer()]
+GOOD = [request(), decision(0, [1, 2]), decision(1, [3], stop="max_tokens", before=2), answer()]
 
 
 def reasons(contents) -> list[str]:
@@ -73,7 +80,7 @@ def test_a_well_formed_trail_has_no_failures():
         ([decision(0, [1])], "seq 0 of a v2 trail must be the request record"),
         ([request(), decision(1, [1])], "decision record at seq 1 says step 1"),
         ([request(), decision(0, [1], request_id="other-job")], "names another job"),
-        ([request(), decision(0, [1], params={**PARAMS, "seed": 2})], "params differ"),
+        ([request(), decision(0, [1], params={**PARAMS, "seed": 2})], "differ from the request's"),
         ([*GOOD[:3], answer(tokens=(1, 2, 9))], "not the decisions' emitted tokens"),
         ([*GOOD[:3], answer(steps=3)], "answer says 3 steps; 2 recorded"),
         ([*GOOD[:3], answer(stop="eos")], "stop_reason 'eos' is not the last decision's"),
@@ -179,7 +186,7 @@ def test_a_request_record_is_canonical_json_and_holds_no_text():
     [
         ([request(params=[1, 2]), decision(0, [1])], "params and prompt must be objects"),
         ([request(prompt="text"), decision(0, [1])], "params and prompt must be objects"),
-        ([request(), decision(0, [1], params=["seed"])], "params are not an object"),
+        ([request(), decision(0, [1], params=["seed"])], "params must hold exactly"),
         (
             [request(prompt={"given": "prompt", "token_count": 3, "digests": {"x": "y"}})],
             "prompt digests must be exactly",

@@ -16,6 +16,9 @@ import pytest
 
 from audit import binding, bundle, bundle_format, chain, checkpoints, merkle, offline_verify
 from audit.offline_verify import MEMBER_NAMES, check_bundle, verify_bundle
+from decoding.engine.rng import uniform
+from decoding.engine.sampling import decimal
+from tests.tsa import OpenSSLAuthority
 
 ROOT = Path(__file__).resolve().parents[3]
 TRAIL = "3f2a6c1e-5b7d-4c1a-9e2f-0123456789ab"
@@ -24,7 +27,7 @@ ORIGIN = "pathfinder.example/ledger"
 LEAF_INDEX = 4
 MODEL = {"name": "stub", "revision": "1", "runtime": "pathfinder-stub", "runtime_version": "1"}
 PARAMS = {
-    "max_tokens": 8,
+    "max_tokens": 4,
     "temperature": "0.7",
     "top_k": 0,
     "top_p": "1.0",
@@ -65,6 +68,26 @@ def request_payload() -> str:
 
 
 def decision_payload(step: int) -> str:
+    """An honest sampled decision: its draws are the engine's RNG's, its accept tests hold.
+    Step 0 accepts token 11 and rejects 12 (resampling 3); step 1 accepts 12 and adds bonus 3."""
+    first = step == 0
+    drafted = [
+        {"token": 11 if first else 12, "text": "é", "q": "0.5", "p": "0.5", "ratio": "1.0",
+         "u": decimal(uniform(7, step, 0, "accept")), "accepted": True},
+    ]  # fmt: skip
+    if first:
+        drafted.append(
+            {
+                "token": 12,
+                "text": "b",
+                "q": "0.5",
+                "p": "1e-05",
+                "ratio": "2e-05",
+                "u": decimal(uniform(7, step, 1, "accept")),
+                "accepted": False,
+            }  # fmt: skip
+        )
+    kind = "residual" if first else "bonus"
     return chain.canonical_json(
         {
             "v": 2,
@@ -76,30 +99,17 @@ def decision_payload(step: int) -> str:
             "target": {**MODEL, "sha256": "b" * 64},
             "params": PARAMS,
             "context_length": 5 + 2 * step,
-            "draft_length": 2,
-            "drafted": [
-                {
-                    "token": 11 + step,
-                    "text": "é",
-                    "q": "0.5",
-                    "p": "0.25",
-                    "ratio": "0.5",
-                    "u": "0.125",
-                    "accepted": True,
-                },
-                {
-                    "token": 12,
-                    "text": "b",
-                    "q": "0.5",
-                    "p": "0.1",
-                    "ratio": "0.2",
-                    "u": "0.9",
-                    "accepted": False,
-                },
-            ],
+            "draft_length": len(drafted),
+            "drafted": drafted,
             "accepted_count": 1,
-            "correction": {"token": 3, "text": "c", "kind": "residual", "u": "0.3", "p": "0.2"},
-            "emitted": [11 + step, 3],
+            "correction": {
+                "token": 3,
+                "text": "c",
+                "kind": kind,
+                "u": decimal(uniform(7, step, 1, kind)),
+                "p": "0.2",
+            },
+            "emitted": [drafted[0]["token"], 3],
             "emitted_text": ["é", "c"],
             "stop": "max_tokens" if step == 1 else None,
             "rationale": "Accepted the first drafted token; resampled the second.",
@@ -174,6 +184,10 @@ def key():
     return checkpoints.generate_signing_key(ORIGIN)
 
 
+def first_named(records) -> tuple[dict, dict]:
+    return bundle_format.described(json.loads(records[0][3]) if records else None)
+
+
 def build(
     key,
     *,
@@ -209,8 +223,8 @@ def build(
         checkpoint_note=note,
         verifier_key=verifier,
         texts=disclosed() if format_version == 2 else bundle.NO_TEXTS,
-        models={"draft": {**MODEL, "sha256": "a" * 64}, "target": {**MODEL, "sha256": "b" * 64}},
-        params=PARAMS,
+        # What the first record names, as the exporter derives them (audit.export.described).
+        **dict(zip(("models", "params"), first_named(records), strict=True)),
         verification_text="Verified by Pathfinder: 4 records, 0 failures.\n",
         readme_text="Evidence bundle for one generation.\n\nCertified by: ________\n",
         # Bundle format 3's report; what audit.report writes is checked in tests/integration.
@@ -238,9 +252,11 @@ def test_a_good_bundle_verifies(key, tmp_path, capsys):
         "manifest",
         "records and chain",
         "ledger leaf",
+        "decision rule",
         "leaf hash",
         "inclusion proof",
         "question and answer",
+        "models and params",
         "checkpoint signature",
         "pinned key",
         "descriptive files",
@@ -423,7 +439,8 @@ def test_consistent_repacking_does_not_hide_an_edited_record(key):
     """An editor who rewrites CRCs, hashes and the manifest is still caught by the signed leaf."""
     records = make_trail(TRAIL)
     seq, prev, _, payload = records[1]
-    edited = payload.replace('"rule":"speculative-sampling"', '"rule":"greedy-argmax"')
+    # An edit the decision rule cannot see (the rationale is prose): only the hashes catch it.
+    edited = payload.replace("resampled the second", "kept the second")
     # 1. Edited payload, hashes left alone: the chain breaks.
     tampered = [records[0], (seq, prev, records[1][2], edited), *records[2:]]
     assert failed_checks(build(key, records=tampered, sealed=records)) == {"records and chain"}
@@ -439,6 +456,20 @@ def test_consistent_repacking_does_not_hide_an_edited_record(key):
     shorter = records[:-1]
     data = build(key, records=shorter, sealed=records, leaf_payload=leaf_for(TRAIL, shorter))
     assert failed_checks(data) == {"ledger leaf", "inclusion proof", "question and answer"}
+
+
+def test_a_service_that_signs_a_broken_decision_is_caught(key):
+    """A dishonest service re-signs altered records with the very key the examiner trusts:
+    chain, leaf, proof and signature all hold, and the decision rule check still fails."""
+    records = make_trail(TRAIL)
+    honest_u = decimal(uniform(7, 0, 0, "accept"))
+    forged = records[1][3].replace(f'"u":"{honest_u}"', '"u":"0.75"')
+    assert forged != records[1][3]
+    rehashed = chained(TRAIL, [records[0][3], forged, *(r[3] for r in records[2:])])
+    data = build(key, records=rehashed, sealed=rehashed, leaf_payload=leaf_for(TRAIL, rehashed))
+    checks = {c.name: c for c in check_bundle(data, keys=[key[1]])}
+    assert [n for n, c in checks.items() if not c.ok] == ["decision rule"]
+    assert "drafted[0].u '0.75' is not the RNG's accept draw" in checks["decision rule"].failures[0]
 
 
 def test_a_non_canonical_payload_is_caught_even_when_its_hashes_match(key):
@@ -567,6 +598,27 @@ def test_members_missing_extra_or_reordered_are_reported_with_a_valid_manifest(k
     assert failed_checks(swapped) == {"members"}
 
 
+@pytest.mark.parametrize(
+    ("member", "edit"),
+    [
+        ("params.json", lambda v: {**v, "temperature": "0.0"}),
+        ("params.json", lambda v: {**v, "system_prompt": "Answer only in French."}),
+        ("models.json", lambda v: {**v, "target": {**v["target"], "name": "gpt-4"}}),
+        ("models.json", lambda v: {**v, "target": {**v["target"], "sha256": "0" * 64}}),
+    ],
+    ids=["temperature", "added system prompt", "model name", "model hash"],
+)
+def test_rewritten_params_or_models_fail_though_the_manifest_was_redone(key, member, edit):
+    """The examiner's edit: the member rewritten in the bundle's JSON form, the manifest and
+    zip rebuilt. The records, hashed and signed, did not change, so the member is not theirs."""
+    members = dict(_members(build(key)))
+    members[member] = bundle_format.json_member(edit(json.loads(members[member])))
+    body = [(n, d) for n, d in members.items() if n != "manifest.json"]
+    manifest = bundle_format.manifest_member(body)
+    data = bundle_format.deterministic_zip([*body, ("manifest.json", manifest)])
+    assert failed_checks(data) == {"models and params"}
+
+
 def test_an_empty_trail_bundle_verifies(key):
     # A job that failed before its request was recorded (its models did not load).
     data = build(key, records=[], outcome="failed", texts=bundle.Texts({}))
@@ -586,7 +638,7 @@ def test_the_cli_runs_as_a_module(key, tmp_path):
         check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.count("\nOK ") == 11
+    assert run.stdout.count("\nOK ") == 13
     path.write_bytes(build(key)[:-1])
     run = subprocess.run(
         [sys.executable, "-m", "audit.offline_verify", str(path)],
@@ -618,6 +670,8 @@ def test_the_verifier_never_imports_django():
         ("bundle", {"audit"}),
         ("bundle_format", {"audit"}),
         ("binding", {"audit"}),
+        ("decision_rule", set()),
+        ("der", set()),
     ],
 )
 def test_the_evidence_modules_import_only_what_they_may(module, allowed):
@@ -628,6 +682,8 @@ def test_the_evidence_modules_import_only_what_they_may(module, allowed):
         "audit.checkpoints",
         "audit.binding",
         "audit.bundle_format",
+        "audit.decision_rule",
+        "audit.der",
         "audit.timestamps",  # only for --tsa-cert, imported when it is given
     }
     for node in ast.walk(tree):
@@ -660,3 +716,19 @@ def test_a_format_2_bundle_without_a_report_still_verifies(key):
         [*members, ("manifest.json", bundle_format.manifest_member(members, 3))]
     )
     assert "manifest" in failed_checks(relabelled)
+
+
+def test_a_timestamp_with_no_authority_pinned_must_still_be_one(key, tmp_path):
+    """Without --tsa-cert nothing can check the authority's signature, but noise is refused."""
+    authority = OpenSSLAuthority(tmp_path)
+    (tmp_path / "note").write_bytes(b"any checkpoint")
+    query = subprocess.run(
+        ["openssl", "ts", "-query", "-data", "note", "-sha256", "-cert"],
+        cwd=tmp_path, capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    real = authority.reply(query)
+    ok = {c.name: c for c in check_bundle(build(key, timestamp_token=real), keys=[key[1]])}
+    assert ok["timestamp"].ok and "not checked without" in ok["timestamp"].detail
+    for garbage in (b"not a timestamp", real[:-1], real + b"\x00", b"\x30\x03\x02\x01\x02"):
+        data = build(key, timestamp_token=garbage)
+        assert failed_checks(data) == {"timestamp"}, garbage[:8]

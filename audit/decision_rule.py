@@ -1,0 +1,259 @@
+"""The decision rule, re-checked from the records alone (docs/audit-format.md, "The decision rule,
+re-checkable from the record").
+
+A signature proves who wrote a record, not that the record obeys the rule. This module is what a
+verifier holds against a dishonest or buggy service that signs what it likes: for every format-2
+decision it recomputes what the record's own numbers force — each accept draw `u` from the RNG
+formula, each `ratio` as p / q, the accept test, where the step stopped testing, the correction's
+kind and draw, the emitted tokens, the stop and the token budget, the draft's provenance — and
+that the decision ran under its request's models and params. What needs the model's logits (that
+p is the target's probability, that an argmax is the argmax) cannot be re-checked without the
+model: replay does that.
+
+Pure: no Django, no model code. The RNG and number formatting are written again here from the
+doc, on purpose: a verifier that imported the engine's own functions would share its bugs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+GREEDY, SAMPLING = "greedy-argmax", "speculative-sampling"
+DECISION_SCOPE = "decision"  # the scope of a failure of this rule (audit.chain.Failure)
+STOPS = (None, "eos", "stop", "max_tokens")
+DECISION_PARAMS = {
+    "max_tokens",
+    "temperature",
+    "top_k",
+    "top_p",
+    "seed",
+    "draft_length",
+    "eos_token_id",
+}
+PROMPT_LOOKUP_RUNTIME = "pathfinder"  # a copying drafter: q is one-hot, the draft has a source
+CONTEXT = "context"
+
+
+def uniform(seed: int, step: int, position: int, stream: str) -> float:
+    """The doc's draw: (first 8 bytes of SHA-256(M), big-endian, >> 11) / 2^53."""
+    message = f"PF-RNG-v1\x00{seed}\x00{step}\x00{position}\x00{stream}".encode()
+    return (int.from_bytes(hashlib.sha256(message).digest()[:8], "big") >> 11) / 2**53
+
+
+def number_text(x: float) -> str:
+    """How a record writes a binary64: Python's repr ("1.0", "1e-05", "0.1")."""
+    return repr(float(x))
+
+
+class _Bad(ValueError):
+    """A field that is not what the format says; the message names it."""
+
+
+def _number(value: object, name: str, *, low: float = 0.0, high: float = math.inf) -> float:
+    if not isinstance(value, str):
+        raise _Bad(f"{name} is not a decimal string")
+    try:
+        x = float(value)
+    except ValueError:
+        raise _Bad(f"{name} {value!r} is not a number") from None
+    if not math.isfinite(x) or number_text(x) != value:
+        raise _Bad(f"{name} {value!r} is not written as the format writes numbers")
+    if not low <= x <= high:
+        raise _Bad(f"{name} {value!r} is outside [{low}, {high}]")
+    return x
+
+
+def _token(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _Bad(f"{name} is not a token id")
+    return value
+
+
+def _copies(decision: dict) -> bool:
+    """Whether the step's drafter is prompt lookup, which copies its draft from a source."""
+    draft = decision["draft"]
+    return isinstance(draft, dict) and draft.get("runtime") == PROMPT_LOOKUP_RUNTIME
+
+
+def _until_eos(tokens: list[int], eos: int | None) -> list[int]:
+    return tokens[: tokens.index(eos) + 1] if eos is not None and eos in tokens else tokens
+
+
+@dataclass
+class DecisionRule:
+    """Walks one format-2 trail's decisions in step order; `check` returns what each breaks.
+
+    `request` is the trail's request record (None when it is missing or broken: the checks that
+    need it are then skipped, and the trail fails for the missing request elsewhere)."""
+
+    request: dict | None
+    produced: int = 0  # tokens emitted by the decisions so far
+    context: int | None = None  # the next decision's context_length
+    ended: str | None = None  # the stop of an earlier decision, once one ended the generation
+    emitted: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        prompt = (self.request or {}).get("prompt")
+        count = prompt.get("token_count") if isinstance(prompt, dict) else None
+        if isinstance(count, int) and not isinstance(count, bool):
+            self.context = count
+
+    def check(self, decision: dict) -> list[str]:
+        failures: list[str] = []
+        try:
+            self._check(decision, failures)
+        except _Bad as bad:
+            failures.append(str(bad))
+        except (TypeError, KeyError, AttributeError, IndexError) as broken:
+            failures.append(f"the decision is not in the format's shape ({broken!r})")
+        return failures
+
+    def _check(self, d: dict, fail: list[str]) -> None:
+        if self.ended is not None:
+            fail.append(f"a decision follows one that ended the generation ({self.ended!r})")
+        params = d["params"]
+        if not isinstance(params, dict) or set(params) != DECISION_PARAMS:
+            raise _Bad(f"params must hold exactly {sorted(DECISION_PARAMS)}")
+        if self.request is not None:
+            asked = self.request.get("params") or {}
+            differing = sorted(n for n in DECISION_PARAMS if asked.get(n) != params[n])
+            if differing:
+                fail.append(f"params {differing} differ from the request's")
+            models = self.request.get("models") or {}
+            for role in ("draft", "target"):
+                if d.get(role) != models.get(role):
+                    fail.append(f"the {role} model differs from the request's")
+        seed, step = params["seed"], d["step"]
+        max_tokens, eos = params["max_tokens"], params["eos_token_id"]
+        temperature = _number(params["temperature"], "params.temperature")
+        rule = GREEDY if temperature == 0 else SAMPLING
+        if d["rule"] != rule:
+            fail.append(f"rule {d['rule']!r}: temperature {params['temperature']} means {rule!r}")
+        if self.context is not None and d["context_length"] != self.context:
+            fail.append(
+                f"context_length {d['context_length']!r}: the prompt and the tokens emitted "
+                f"before make {self.context}"
+            )
+        drafted, n = d["drafted"], d["accepted_count"]
+        k = len(drafted)
+        if d["draft_length"] != k:
+            fail.append(f"draft_length {d['draft_length']!r}, but {k} tokens are drafted")
+        budget = max_tokens - self.produced - 1  # room for the token the target always adds
+        if k > max(budget, 0) or k > params["draft_length"]:
+            fail.append(f"{k} drafted tokens: at most min(draft_length, {budget}) may be")
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= k:
+            raise _Bad(f"accepted_count {n!r} is not between 0 and {k}")
+        rejected = n < k
+        tokens = [_token(t["token"], f"drafted[{i}].token") for i, t in enumerate(drafted)]
+        for i, t in enumerate(drafted):
+            self._check_drafted(d, i, t, n, rule, seed, step, fail)
+        self._check_correction(d, tokens, n, rule, seed, step, fail)
+        correction = _token(d["correction"]["token"], "correction.token")
+        expected = _until_eos([*tokens[:n], correction], eos)
+        emitted = d["emitted"]
+        if emitted != expected:
+            fail.append(
+                f"emitted {emitted!r}: the accepted prefix and the correction, cut after "
+                f"end-of-sequence, are {expected!r}"
+            )
+        emitted = expected  # what follows is judged against what the rule emits
+        self._check_stop(d["stop"], emitted, eos, max_tokens, fail)
+        self._check_source(d, tokens, fail)
+        if rejected and rule == GREEDY and correction == tokens[n]:
+            fail.append(f"drafted[{n}] was rejected, yet the argmax that replaced it is the same")
+        self.produced += len(emitted)
+        self.emitted.extend(emitted)
+        if self.context is not None:
+            self.context += len(emitted)
+        self.ended = d["stop"]
+
+    def _check_drafted(self, d, i, t, n, rule, seed, step, fail) -> None:
+        name = f"drafted[{i}]"
+        tested = i <= n  # positions after the first rejection are not tested
+        if t["accepted"] is not (i < n):
+            fail.append(f"{name}.accepted {t['accepted']!r}: accepted_count {n} makes it {i < n}")
+        p = _number(t["p"], f"{name}.p", high=1.0)
+        q = _number(t["q"], f"{name}.q", high=1.0)
+        if _copies(d) and t["q"] != "1.0":
+            fail.append(f'{name}.q {t["q"]}: a copied draft\'s q is one-hot, "1.0"')
+        if rule == GREEDY:
+            if t["ratio"] is not None or t["u"] is not None:
+                fail.append(f"{name}: greedy decisions carry no ratio and no draw")
+            return
+        if q == 0:
+            raise _Bad(f"{name}.q is 0: a drafter proposed a token it gives no probability")
+        ratio = _number(t["ratio"], f"{name}.ratio")
+        if ratio != p / q:
+            fail.append(f"{name}.ratio {t['ratio']} is not p / q = {number_text(p / q)}")
+        if not tested:
+            if t["u"] is not None:
+                fail.append(f"{name}.u: a position after the first rejection is not tested")
+            return
+        u = uniform(seed, step, i, "accept")
+        if t["u"] != number_text(u):
+            fail.append(f"{name}.u {t['u']!r} is not the RNG's accept draw {number_text(u)}")
+        if (u < min(1.0, ratio)) is not (i < n):
+            verdict = "accepts" if u < min(1.0, ratio) else "rejects"
+            fail.append(f"{name}: u {number_text(u)} against min(1, {t['ratio']}) {verdict} it")
+
+    @staticmethod
+    def _check_correction(d, tokens, n, rule, seed, step, fail) -> None:
+        c, k = d["correction"], len(tokens)
+        _number(c["p"], "correction.p", high=1.0)
+        if rule == GREEDY:
+            kind = "argmax" if n < k else "argmax-bonus"
+            if c["u"] is not None:
+                fail.append("correction.u: an argmax is not drawn")
+        else:
+            kind = "residual" if n < k else "bonus"
+            u = number_text(uniform(seed, step, n, kind))
+            if c["u"] != u:
+                fail.append(f"correction.u {c['u']!r} is not the RNG's {kind} draw {u}")
+        if c["kind"] != kind:
+            fail.append(f"correction.kind {c['kind']!r}: {n} of {k} accepted makes it {kind!r}")
+        if rule == GREEDY and n < k and float(c["p"]) < float(d["drafted"][n]["p"]):
+            fail.append("correction.p is below the rejected token's: it is not the argmax")
+
+    def _check_stop(self, stop, emitted, eos, max_tokens, fail) -> None:
+        total = self.produced + len(emitted)
+        if total > max_tokens:
+            fail.append(f"{total} tokens emitted, more than max_tokens {max_tokens}")
+        if eos is not None and eos in emitted:
+            expected: tuple = ("eos",)
+        elif total >= max_tokens:
+            expected = ("max_tokens", "stop")
+        else:
+            expected = (None, "stop")
+        if stop not in expected:
+            fail.append(f"stop {stop!r}, where the tokens make it one of {list(expected)}")
+        asked = (self.request or {}).get("params")
+        if stop == "stop" and isinstance(asked, dict) and not asked.get("stop"):
+            fail.append("stop 'stop', but the request has no stop strings")
+
+    def _check_source(self, d, tokens, fail) -> None:
+        if "draft_source" not in d:  # records written before the field existed
+            return
+        source, k = d["draft_source"], len(tokens)
+        if not _copies(d) or k == 0:
+            if source is not None:
+                fail.append("draft_source is set, but nothing was copied")
+            return
+        if not isinstance(source, dict) or set(source) != {"reference", "offset", "match_length"}:
+            fail.append("a copied draft names no draft_source of reference, offset, match_length")
+            return
+        offset, length = source["offset"], source["match_length"]
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (offset, length)):
+            fail.append("draft_source offset and match_length must be integers")
+        elif not 1 <= length <= offset:
+            fail.append(f"draft_source: a match of {length} cannot end before offset {offset}")
+        elif (
+            source["reference"] == CONTEXT
+            and self.context is not None
+            and offset + k > self.context
+        ):
+            fail.append(
+                f"draft_source: {k} tokens at offset {offset} run past the context "
+                f"({self.context} tokens)"
+            )

@@ -1,0 +1,190 @@
+/* The decision rule, re-checked from the records alone, in the reviewer's browser.
+
+   The page verifier's second half of audit/decision_rule.py (docs/audit-format.md, "The decision
+   rule, re-checkable from the record"), written again from the doc: for every format-2 decision,
+   each accept draw u from the RNG formula, each ratio as p / q, the accept test, where testing
+   stopped, the correction's kind and draw, the emitted tokens, the stop and the token budget,
+   the draft's provenance, and that the decision ran under its request's models and params.
+
+   PathfinderDecisionRule.failures(request, decisions) resolves to a list of
+   {step, reason}; an empty list means every decision obeys the rule. */
+(function () {
+  "use strict";
+
+  const GREEDY = "greedy-argmax", SAMPLING = "speculative-sampling";
+  const PARAMS = ["draft_length", "eos_token_id", "max_tokens", "seed", "temperature", "top_k", "top_p"];
+  const PROMPT_LOOKUP = "pathfinder";
+  const enc = new TextEncoder();
+
+  async function uniform(seed, step, position, stream) {  // (first 8 bytes >> 11) / 2^53
+    const message = enc.encode(`PF-RNG-v1\0${seed}\0${step}\0${position}\0${stream}`);
+    const digest = new DataView(await crypto.subtle.digest("SHA-256", message));
+    return Number(digest.getBigUint64(0, false) >> 11n) / 2 ** 53;
+  }
+
+  // How a record writes a binary64: Python's repr ("1.0", "1e-05", "0.1", "1e+16").
+  function numberText(x) {
+    if (!Number.isFinite(x)) throw new Error("not a finite number");
+    if (x === 0) return Object.is(x, -0) ? "-0.0" : "0.0";
+    const [mantissa, e] = x.toExponential().split("e");  // the shortest digits that read back
+    const exp = Number(e), sign = x < 0 ? "-" : "";
+    const digits = mantissa.replace("-", "").replace(".", "");
+    if (exp < -4 || exp >= 16) {
+      const m = digits.length > 1 ? `${digits[0]}.${digits.slice(1)}` : digits;
+      return `${sign}${m}e${exp < 0 ? "-" : "+"}${String(Math.abs(exp)).padStart(2, "0")}`;
+    }
+    if (exp < 0) return `${sign}0.${"0".repeat(-exp - 1)}${digits}`;
+    return `${sign}${digits.slice(0, exp + 1).padEnd(exp + 1, "0")}.${digits.slice(exp + 1) || "0"}`;
+  }
+
+  class Bad extends Error {}
+  function number(value, name, high = Infinity) {
+    if (typeof value !== "string") throw new Bad(`${name} is not a decimal string`);
+    const x = Number(value);
+    if (!Number.isFinite(x) || value.trim() !== value || numberText(x) !== value) {
+      throw new Bad(`${name} ${JSON.stringify(value)} is not written as the format writes numbers`);
+    }
+    if (!(x >= 0 && x <= high)) throw new Bad(`${name} ${value} is outside [0, ${high}]`);
+    return x;
+  }
+  function token(value, name) {
+    if (!Number.isSafeInteger(value) || value < 0) throw new Bad(`${name} is not a token id`);
+    return value;
+  }
+  const isInt = (v) => Number.isSafeInteger(v);
+  const same = (a, b) => JSON.stringify(sorted(a)) === JSON.stringify(sorted(b));
+  function sorted(v) {
+    if (Array.isArray(v)) return v.map(sorted);
+    if (v && typeof v === "object") return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sorted(v[k])]));
+    return v;
+  }
+  const copies = (d) => d.draft && typeof d.draft === "object" && d.draft.runtime === PROMPT_LOOKUP;
+  function untilEos(tokens, eos) {
+    const at = eos === null ? -1 : tokens.indexOf(eos);
+    return at < 0 ? tokens : tokens.slice(0, at + 1);
+  }
+
+  async function failures(request, decisions) {
+    const count = request?.prompt?.token_count;
+    const state = { produced: 0, context: isInt(count) ? count : null, ended: null };
+    const out = [];
+    for (const d of decisions) {
+      const fail = (reason) => out.push({ step: d?.step, reason });
+      try { await checkOne(d, request, state, fail); } catch (e) {
+        fail(e instanceof Bad ? e.message : `the decision is not in the format's shape (${e.message})`);
+      }
+    }
+    return out;
+  }
+
+  async function checkOne(d, request, state, fail) {
+    if (state.ended !== null) fail(`a decision follows one that ended the generation ('${state.ended}')`);
+    const params = d.params;
+    if (!params || typeof params !== "object" || Object.keys(params).sort().join() !== PARAMS.join()) {
+      throw new Bad(`params must hold exactly ${PARAMS.join(", ")}`);
+    }
+    if (request) {
+      const asked = request.params ?? {};
+      const differing = PARAMS.filter((n) => !same(asked[n], params[n]));
+      if (differing.length) fail(`params ${differing.join(", ")} differ from the request's`);
+      for (const role of ["draft", "target"]) {
+        if (!same(d[role], request.models?.[role])) fail(`the ${role} model differs from the request's`);
+      }
+    }
+    const { seed, max_tokens: maxTokens, eos_token_id: eos } = params;
+    const step = d.step;
+    const rule = number(params.temperature, "params.temperature") === 0 ? GREEDY : SAMPLING;
+    if (d.rule !== rule) fail(`rule '${d.rule}': temperature ${params.temperature} means '${rule}'`);
+    if (state.context !== null && d.context_length !== state.context) {
+      fail(`context_length ${d.context_length}: the prompt and the tokens emitted before make ${state.context}`);
+    }
+    const drafted = d.drafted, n = d.accepted_count, k = drafted.length;
+    if (d.draft_length !== k) fail(`draft_length ${d.draft_length}, but ${k} tokens are drafted`);
+    const budget = maxTokens - state.produced - 1;
+    if (k > Math.max(budget, 0) || k > params.draft_length) fail(`${k} drafted tokens: at most min(draft_length, ${budget}) may be`);
+    if (!isInt(n) || n < 0 || n > k) throw new Bad(`accepted_count ${n} is not between 0 and ${k}`);
+    const tokens = drafted.map((t, i) => token(t.token, `drafted[${i}].token`));
+    for (let i = 0; i < k; i++) await checkDrafted(d, i, drafted[i], n, rule, seed, step, fail);
+    await checkCorrection(d, tokens, n, rule, seed, step, fail);
+    const correction = token(d.correction.token, "correction.token");
+    const emitted = untilEos([...tokens.slice(0, n), correction], eos);
+    if (JSON.stringify(d.emitted) !== JSON.stringify(emitted)) {
+      fail(`emitted ${JSON.stringify(d.emitted)}: the accepted prefix and the correction, cut after end-of-sequence, are ${JSON.stringify(emitted)}`);
+    }
+    checkStop(d.stop, emitted, eos, maxTokens, request, state, fail);
+    checkSource(d, k, state, fail);
+    if (n < k && rule === GREEDY && correction === tokens[n]) fail(`drafted[${n}] was rejected, yet the argmax that replaced it is the same`);
+    state.produced += emitted.length;
+    if (state.context !== null) state.context += emitted.length;
+    state.ended = d.stop;
+  }
+
+  async function checkDrafted(d, i, t, n, rule, seed, step, fail) {
+    const name = `drafted[${i}]`;
+    if (t.accepted !== (i < n)) fail(`${name}.accepted ${t.accepted}: accepted_count ${n} makes it ${i < n}`);
+    const p = number(t.p, `${name}.p`, 1), q = number(t.q, `${name}.q`, 1);
+    if (copies(d) && t.q !== "1.0") fail(`${name}.q ${t.q}: a copied draft's q is one-hot, "1.0"`);
+    if (rule === GREEDY) {
+      if (t.ratio !== null || t.u !== null) fail(`${name}: greedy decisions carry no ratio and no draw`);
+      return;
+    }
+    if (q === 0) throw new Bad(`${name}.q is 0: a drafter proposed a token it gives no probability`);
+    const ratio = number(t.ratio, `${name}.ratio`);
+    if (ratio !== p / q) fail(`${name}.ratio ${t.ratio} is not p / q = ${numberText(p / q)}`);
+    if (i > n) {  // positions after the first rejection are not tested
+      if (t.u !== null) fail(`${name}.u: a position after the first rejection is not tested`);
+      return;
+    }
+    const u = await uniform(seed, step, i, "accept");
+    if (t.u !== numberText(u)) fail(`${name}.u ${JSON.stringify(t.u)} is not the RNG's accept draw ${numberText(u)}`);
+    const accepts = u < Math.min(1, ratio);
+    if (accepts !== (i < n)) fail(`${name}: u ${numberText(u)} against min(1, ${t.ratio}) ${accepts ? "accepts" : "rejects"} it`);
+  }
+
+  async function checkCorrection(d, tokens, n, rule, seed, step, fail) {
+    const c = d.correction, k = tokens.length;
+    number(c.p, "correction.p", 1);
+    let kind;
+    if (rule === GREEDY) {
+      kind = n < k ? "argmax" : "argmax-bonus";
+      if (c.u !== null) fail("correction.u: an argmax is not drawn");
+    } else {
+      kind = n < k ? "residual" : "bonus";
+      const u = numberText(await uniform(seed, step, n, kind));
+      if (c.u !== u) fail(`correction.u ${JSON.stringify(c.u)} is not the RNG's ${kind} draw ${u}`);
+    }
+    if (c.kind !== kind) fail(`correction.kind '${c.kind}': ${n} of ${k} accepted makes it '${kind}'`);
+    if (rule === GREEDY && n < k && Number(c.p) < Number(d.drafted[n].p)) fail("correction.p is below the rejected token's: it is not the argmax");
+  }
+
+  function checkStop(stop, emitted, eos, maxTokens, request, state, fail) {
+    const total = state.produced + emitted.length;
+    if (total > maxTokens) fail(`${total} tokens emitted, more than max_tokens ${maxTokens}`);
+    const expected = eos !== null && emitted.includes(eos) ? ["eos"]
+      : total >= maxTokens ? ["max_tokens", "stop"] : [null, "stop"];
+    if (!expected.includes(stop)) fail(`stop ${JSON.stringify(stop)}, where the tokens make it one of ${JSON.stringify(expected)}`);
+    const asked = request?.params;
+    if (stop === "stop" && asked && typeof asked === "object" && !(asked.stop?.length)) fail("stop 'stop', but the request has no stop strings");
+  }
+
+  function checkSource(d, k, state, fail) {
+    if (!("draft_source" in d)) return;  // records written before the field existed
+    const source = d.draft_source;
+    if (!copies(d) || k === 0) {
+      if (source !== null) fail("draft_source is set, but nothing was copied");
+      return;
+    }
+    if (!source || typeof source !== "object" || Object.keys(source).sort().join() !== "match_length,offset,reference") {
+      fail("a copied draft names no draft_source of reference, offset, match_length");
+      return;
+    }
+    const { offset, match_length: length } = source;
+    if (!isInt(offset) || !isInt(length)) fail("draft_source offset and match_length must be integers");
+    else if (!(length >= 1 && length <= offset)) fail(`draft_source: a match of ${length} cannot end before offset ${offset}`);
+    else if (source.reference === "context" && state.context !== null && offset + k > state.context) {
+      fail(`draft_source: ${k} tokens at offset ${offset} run past the context of ${state.context}`);
+    }
+  }
+
+  globalThis.PathfinderDecisionRule = { failures, uniform, numberText };
+})();

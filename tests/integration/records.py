@@ -1,0 +1,39 @@
+"""Decision records that a test writes straight into a trail, as the engine would write them:
+they obey the decision rule (audit.decision_rule), so a verifier passes them on their merits."""
+
+from __future__ import annotations
+
+from audit.decision_rule import DECISION_PARAMS, number_text, uniform
+
+
+def plain_step(request: dict, step: int, token: int) -> dict:
+    """Step `step` of a trail whose every step drafted nothing and emitted `token`, the
+    target's own choice: its argmax at temperature 0, else its bonus draw."""
+    params = {name: request["params"][name] for name in DECISION_PARAMS}
+    greedy = float(params["temperature"]) == 0
+    u = None if greedy else number_text(uniform(params["seed"], step, 0, "bonus"))
+    return {
+        "v": 2,
+        "kind": "decision",
+        "request_id": request["job"],
+        "step": step,
+        "rule": "greedy-argmax" if greedy else "speculative-sampling",
+        "draft": request["models"]["draft"],
+        "target": request["models"]["target"],
+        "params": params,
+        "context_length": request["prompt"]["token_count"] + step,
+        "draft_length": 0,
+        "drafted": [],
+        "draft_source": None,
+        "accepted_count": 0,
+        "correction": {
+            "token": token,
+            "kind": "argmax-bonus" if greedy else "bonus",
+            "u": u,
+            "p": "0.5",
+        },  # fmt: skip
+        "emitted": [token],
+        "stop": None,
+        "rationale": f"Nothing was drafted; token {token} was the target's.",
+        "timings_us": {"draft": 0, "verify": 0},
+    }
