@@ -69,8 +69,17 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
             "verification": verification,
         },
     )
-    texts = texts_of(trail, records, withhold)
     payloads = [json.loads(record[3]) for record in records]
+    for group in sorted(withhold):
+        carried = carried_in_clear(payloads, group)
+        if carried is not None:
+            raise ExportError(
+                f"withhold {group}: this trail's own records carry it in clear ({carried}), so "
+                f"a bundle that withheld {group}.txt would still show it. Audit format "
+                f"{trail.format_version} records cannot hide it; export without --withhold, or "
+                "not at all"
+            )
+    texts = texts_of(trail, records, withhold)
     pdf = trail_report(
         facts=TrailFacts.of(listing(trail, inclusion.leaf_index), payloads, texts, trail.head_hash),
         verification=verification,
@@ -122,6 +131,27 @@ def signer(note: str) -> str:
 def described(records) -> tuple[dict, dict]:
     """The models and parameters of a trail's stored records (bundle_format.described)."""
     return bundle_format.described(json.loads(records[0][3]) if records else None)
+
+
+def carried_in_clear(payloads: list[dict], group: str) -> str | None:
+    """Where a trail's records show the text `group` names in clear, or None: decisions record
+    token ids and their text, so an emitted token is the answer's, and a draft copied from the
+    context's prompt part (prompt lookup) or from another job is that prompt's or job's text."""
+    request = next((p for p in payloads if binding.kind_of(p) == binding.REQUEST), {})
+    prompt_tokens = (request.get("prompt") or {}).get("token_count", 0)
+    for payload in payloads:
+        if binding.kind_of(payload) != binding.DECISION:
+            continue
+        step = payload.get("step")
+        if group == "answer" and payload.get("emitted"):
+            return f"step {step} emitted the answer's tokens"
+        source = payload.get("draft_source") or {}
+        if group == "prompt" and source:
+            if source.get("reference") != "context":
+                return f"step {step} drafted tokens copied from another job"
+            if source.get("offset", 0) < prompt_tokens:
+                return f"step {step} drafted tokens copied from the prompt"
+    return None
 
 
 def texts_of(trail: Trail, records, withhold: Collection[str]) -> bundle.Texts:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
@@ -23,6 +23,10 @@ from audit.models import Checkpoint, DecisionRecord, LedgerEntry, Trail, Verific
 from audit.selectors import trail_record_of_kind
 from audit.verification import verify_everything, verify_trails
 from decoding.claims import job_question
+from decoding.execution import job_run
+from decoding.services import job_submit
+
+from .conftest import JOB_DEFAULTS
 
 APP_ROLE = "pathfinder_app_test"
 TEXT_MODEL = "smollm2-135m-instruct"
@@ -85,7 +89,6 @@ def test_a_trail_opens_with_the_request_and_ends_with_the_answer(run_job):
 
 def test_a_text_prompt_binds_the_given_the_rendered_and_the_token_ids(owner, settings):
     settings.PATHFINDER_DEFAULT_MODEL = TEXT_MODEL
-    from decoding.execution import job_run
     from decoding.models import GenerationJob
 
     response = owner.api.post(
@@ -272,6 +275,40 @@ def test_an_export_can_withhold_the_prompt_and_still_verifies_offline(run_job, t
         timeout=60,
     )
     assert unpinned.returncode == 3 and "NOT VERIFIED" in unpinned.stdout
+
+
+def test_withholding_what_the_records_show_in_clear_is_refused_and_says_why(owner, tmp_path, beat):
+    """Issue 22: with prompt lookup the drafted tokens are the prompt's own n-grams, recorded
+    in clear, and every decision records the answer's tokens. A bundle withholding either would
+    still show it, so the export is refused, naming the step that carries it, and nothing is
+    written."""
+    from decoding.models import ModelSpec
+
+    ModelSpec.objects.create(
+        name="stub-lookup",
+        provider="stub",
+        revision="stub-v1",
+        drafter="prompt_lookup",
+        drafter_settings={"min_ngram": 1, "max_ngram": 3},
+    )
+    job, _ = job_submit(
+        matter=owner.key.matter,
+        api_key=owner.key,
+        model="stub-lookup",
+        prompt_token_ids=[5, 6, 7, 5, 6, 7, 5, 6, 7, 5, 6],
+        **JOB_DEFAULTS,
+    )
+    job_run(job_id=job.id)
+    beat()
+    path = tmp_path / "withheld.zip"
+    for group, says in (("prompt", "copied from the prompt"), ("answer", "emitted the answer")):
+        with pytest.raises(CommandError) as refused:
+            call_command("export_trail", "--job", str(job.id), "--out", str(path),
+                         "--withhold", group, stdout=io.StringIO())  # fmt: skip
+        assert says in str(refused.value) and "in clear" in str(refused.value), refused.value
+        assert not path.exists()
+    call_command("export_trail", "--job", str(job.id), "--out", str(path), stdout=io.StringIO())
+    assert path.exists()  # disclosing everything is still possible
 
 
 def test_a_job_cancelled_after_its_worker_died_served_nothing_and_verifies(owner):
