@@ -136,15 +136,22 @@ MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 # --- Reviewer portal: people log in with Django auth ----------------------------------------------
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/portal/"
-# django-axes counts failed logins (portal and admin) per username and per client address: at
-# the limit either is locked for the cool-off, whatever the password, answered 429.
+# django-axes counts failed logins (portal and admin) per username and client address together:
+# at the limit that pair is locked for a cool-off that doubles with each lockout of the pair in a
+# day, whatever the password, answered 429 (reviewers/lockout.py). Failures while locked do not
+# renew it. The address is REMOTE_ADDR, or behind a configured proxy the one it forwarded.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("PATHFINDER_LOGIN_FAILURE_LIMIT", 10, minimum=1)
-AXES_COOLOFF_TIME = env_int("PATHFINDER_LOGIN_LOCKOUT_MINUTES", 30, minimum=1) / 60  # hours
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+PATHFINDER_LOGIN_LOCKOUT_MINUTES = env_int("PATHFINDER_LOGIN_LOCKOUT_MINUTES", 1, minimum=1)
+PATHFINDER_TRUSTED_PROXIES = env_list("PATHFINDER_TRUSTED_PROXIES", "")
+AXES_COOLOFF_TIME = "reviewers.lockout.cool_off"
+AXES_CLIENT_IP_CALLABLE = "reviewers.lockout.client_address"
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_RESET_ON_SUCCESS = True
 # With it on, a person signed in to the portal or the admin also gives a one-time password
 # (TOTP, django-otp) before anything else: enrolled at /accounts/mfa/ on first use.
