@@ -8,6 +8,8 @@ from django.http import JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
+from decoding.openai_api.errors import openai_error_body
+
 
 class BodySizeLimitMiddleware:
     def __init__(self, get_response):
@@ -20,16 +22,13 @@ class BodySizeLimitMiddleware:
             length = 0
         limit = settings.PATHFINDER_MAX_BODY_BYTES
         if length > limit:
-            return JsonResponse(
-                {
-                    "error": {
-                        "code": "payload_too_large",
-                        "field": "body",
-                        "message": f"body: request body is {length} bytes; the limit is {limit}.",
-                    }
-                },
-                status=413,
-            )
+            message = f"body: request body is {length} bytes; the limit is {limit}."
+            if request.path.startswith("/v1/"):  # each API's own error shape
+                body = openai_error_body(413, message, "body", "payload_too_large")
+            else:
+                body = {"error": {"status": 413, "code": "payload_too_large", "field": "body",
+                                  "message": message}}  # fmt: skip
+            return JsonResponse(body, status=413)
         return self.get_response(request)
 
 

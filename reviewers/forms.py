@@ -1,6 +1,9 @@
 """Input of the portal's pages. A bad value is a 400 whose message names the field."""
 
+import datetime
+
 from django import forms
+from django.core.validators import MaxValueValidator
 
 from decoding.models import GenerationJob, ModelSpec
 
@@ -14,6 +17,16 @@ VERIFICATION_CHOICES = [
 ]
 
 
+class DayField(forms.DateField):
+    """A UTC day of a date filter. Each is taken to the start of the day after it, so the last
+    representable day is refused here (a 400 naming the field), not by an OverflowError."""
+
+    default_validators = [MaxValueValidator(datetime.date.max - datetime.timedelta(days=1))]
+
+    def __init__(self, **kwargs):
+        super().__init__(required=False, widget=forms.DateInput(attrs={"type": "date"}), **kwargs)
+
+
 def _days_in_order(form: forms.Form) -> dict:
     """A form's clean(): its since and until days, when both are given, in order."""
     data = forms.Form.clean(form)
@@ -25,8 +38,8 @@ def _days_in_order(form: forms.Form) -> dict:
 
 class JobFilterForm(forms.Form):
     matter = forms.ModelChoiceField(queryset=None, required=False, empty_label="all my matters")
-    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
-    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    since = DayField()
+    until = DayField()
     model = forms.ChoiceField(required=False)
     status = forms.ChoiceField(required=False, choices=[("", "any"), *GenerationJob.Status.choices])
     verified = forms.ChoiceField(required=False, choices=VERIFICATION_CHOICES, label="Verification")
@@ -65,8 +78,8 @@ class MatterExportForm(forms.Form):
     """Which matter to produce, and optionally the first and last day (UTC) of its jobs."""
 
     matter = forms.ModelChoiceField(queryset=None, empty_label=None)
-    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
-    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    since = DayField()
+    until = DayField()
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)

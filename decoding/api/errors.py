@@ -4,6 +4,8 @@
 knows what to fix.
 """
 
+import logging
+
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError
 from django.http import Http404
@@ -14,6 +16,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from decoding.admission import OverCapacity
 from decoding.job_input import InvalidInput
 from decoding.services import QueueUnavailable
+
+log = logging.getLogger(__name__)
 
 _FIELD_FOR = {
     exceptions.ParseError: "body",
@@ -45,6 +49,7 @@ def exception_handler(exc, context):
     if isinstance(exc, RequestDataTooBig):
         return error_response(413, "payload_too_large", "body", f"body: {exc}")
     if isinstance(exc, (DatabaseError, QueueUnavailable)):
+        log.error("refused a request: %s: %s", type(exc).__name__, exc, exc_info=exc)
         return error_response(
             status.HTTP_503_SERVICE_UNAVAILABLE,
             "service_unavailable",

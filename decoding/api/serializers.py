@@ -1,12 +1,18 @@
 """Input validation and output shapes for the native API. No business logic here."""
 
 import json
-import math
 
 from django.conf import settings
 from django.urls import reverse
 from rest_framework import serializers
 
+from decoding.api.fields import (
+    RefusesUnknownFields,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+    text_refusal,
+)
 from decoding.engine.params import MAX_SEED, MAX_TOP_LOGPROBS
 from decoding.models import GenerationJob
 from decoding.selectors import job_answer, trail_for_job
@@ -16,19 +22,11 @@ MAX_STOP_STRINGS = 4
 MAX_STOP_STRING_CHARS = 256
 
 
-class StrictFloatField(serializers.FloatField):
-    def to_internal_value(self, data):
-        value = super().to_internal_value(data)
-        if not math.isfinite(value):
-            raise serializers.ValidationError("Must be a finite number.")
-        return value
-
-
 class TokenIdsField(serializers.ListField):
     """Token ids, at most PATHFINDER_MAX_PROMPT_TOKENS of them, counted before any is checked."""
 
     def __init__(self, **kwargs):
-        super().__init__(child=serializers.IntegerField(min_value=0), allow_empty=False, **kwargs)
+        super().__init__(child=StrictIntegerField(min_value=0), allow_empty=False, **kwargs)
 
     def to_internal_value(self, data):
         limit = settings.PATHFINDER_MAX_PROMPT_TOKENS
@@ -37,9 +35,9 @@ class TokenIdsField(serializers.ListField):
         return super().to_internal_value(data)
 
 
-class ChatMessage(serializers.Serializer):
+class ChatMessage(RefusesUnknownFields, serializers.Serializer):
     role = serializers.ChoiceField(choices=["system", "user", "assistant"])
-    content = serializers.CharField(allow_blank=True, trim_whitespace=False)
+    content = StrictCharField(allow_blank=True, trim_whitespace=False)
 
 
 class StopField(serializers.Field):
@@ -55,46 +53,42 @@ class StopField(serializers.Field):
             raise serializers.ValidationError(
                 f"Each stop string has at most {MAX_STOP_STRING_CHARS} characters."
             )
+        refusal = next(filter(None, map(text_refusal, items)), None)
+        if refusal:
+            raise serializers.ValidationError(refusal)
         return items
 
     def to_representation(self, value):
         return value
 
 
-class GenerationInput(serializers.Serializer):
+class GenerationInput(RefusesUnknownFields, serializers.Serializer):
     """A generation request. Its model, prompt and limits are checked when the job is
     submitted, the same way for every client."""
 
     # Shape checks only (types and ranges); every other rule is the service's
     # (decoding.job_input), so `manage.py generate` refuses what this API refuses.
 
-    model = serializers.CharField(max_length=100, required=False)
-    prompt = serializers.CharField(required=False, allow_blank=False, trim_whitespace=False)
+    model = StrictCharField(max_length=100, required=False)
+    prompt = StrictCharField(required=False, allow_blank=False, trim_whitespace=False)
     messages = ChatMessage(many=True, required=False, allow_empty=False)
     prompt_token_ids = TokenIdsField(required=False)
     stop = StopField(required=False)
-    max_tokens = serializers.IntegerField(min_value=1, required=False)
+    max_tokens = StrictIntegerField(min_value=1, required=False)
     temperature = StrictFloatField(min_value=0.0, max_value=2.0, required=False)
-    top_k = serializers.IntegerField(min_value=0, required=False)
+    top_k = StrictIntegerField(min_value=0, required=False)
     top_p = StrictFloatField(min_value=0.0, max_value=1.0, required=False)
-    seed = serializers.IntegerField(min_value=0, max_value=MAX_SEED, required=False)
-    draft_length = serializers.IntegerField(min_value=0, required=False)
-    eos_token_id = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    top_logprobs = serializers.IntegerField(
+    seed = StrictIntegerField(min_value=0, max_value=MAX_SEED, required=False)
+    draft_length = StrictIntegerField(min_value=0, required=False)
+    eos_token_id = StrictIntegerField(min_value=0, required=False, allow_null=True)
+    top_logprobs = StrictIntegerField(
         min_value=0,
         max_value=MAX_TOP_LOGPROBS,
         required=False,
         help_text="How many of the target's most probable tokens each decision record keeps "
         "per emitted token (up to the model spec's top_logprobs); 0: none",
     )
-    request_id = serializers.CharField(max_length=128, required=False, allow_blank=False)
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({unknown[0]: ["Unknown field."]})
-        return super().to_internal_value(data)
+    request_id = StrictCharField(max_length=128, required=False, allow_blank=False)
 
     def validate_top_p(self, value):
         if value <= 0:

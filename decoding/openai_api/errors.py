@@ -22,14 +22,19 @@ _TYPES = {
 }
 
 
-def openai_error(status: int, message: str, param: str | None = None, code: str | None = None):
-    body = {
-        "message": message,
-        "type": _TYPES.get(status, "server_error"),
-        "param": param,
-        "code": code,
+def openai_error_body(status: int, message: str, param: str | None, code: str | None) -> dict:
+    return {
+        "error": {
+            "message": message,
+            "type": _TYPES.get(status, "server_error"),
+            "param": param,
+            "code": code,
+        }
     }
-    return Response({"error": body}, status=status)
+
+
+def openai_error(status: int, message: str, param: str | None = None, code: str | None = None):
+    return Response(openai_error_body(status, message, param, code), status=status)
 
 
 def exception_handler(exc, context):

@@ -3,7 +3,15 @@
 from django.conf import settings
 from rest_framework import serializers
 
-from decoding.api.serializers import StopField, StrictFloatField
+from decoding.api.fields import (
+    MAX_INT32,
+    RefusesUnknownFields,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+    text_refusal,
+)
+from decoding.api.serializers import StopField
 from decoding.engine.params import MAX_SEED, MAX_TOP_LOGPROBS
 
 
@@ -11,37 +19,28 @@ class StreamOptions(serializers.Serializer):
     include_usage = serializers.BooleanField(required=False, default=False)
 
 
-class _OpenAIInput(serializers.Serializer):
+class _OpenAIInput(RefusesUnknownFields, serializers.Serializer):
     """The fields both endpoints take. `top_k` and `ignore_eos` are extensions (as vLLM's);
     `n` must be 1."""
 
     # The native fields this endpoint calls by other names (errors name the endpoint's own).
     OPENAI_NAMES: dict[str, str] = {}
 
-    model = serializers.CharField(max_length=100, required=False)
-    max_tokens = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    model = StrictCharField(max_length=100, required=False)
+    max_tokens = StrictIntegerField(min_value=1, required=False, allow_null=True)
     temperature = StrictFloatField(min_value=0.0, max_value=2.0, required=False, allow_null=True)
     top_p = StrictFloatField(min_value=0.0, max_value=1.0, required=False, allow_null=True)
-    top_k = serializers.IntegerField(min_value=0, required=False)
-    seed = serializers.IntegerField(
-        min_value=0, max_value=MAX_SEED, required=False, allow_null=True
-    )
+    top_k = StrictIntegerField(min_value=0, required=False)
+    seed = StrictIntegerField(min_value=0, max_value=MAX_SEED, required=False, allow_null=True)
     stop = StopField(required=False, allow_null=True)
     stream = serializers.BooleanField(required=False, default=False)
     stream_options = StreamOptions(required=False, allow_null=True)
-    user = serializers.CharField(max_length=256, required=False, allow_blank=True)
+    user = StrictCharField(max_length=256, required=False, allow_blank=True)
     # vLLM's extension: decode max_tokens tokens even past the end-of-sequence token.
     ignore_eos = serializers.BooleanField(required=False, default=False)
-    n = serializers.IntegerField(required=False, allow_null=True)
+    n = StrictIntegerField(required=False, allow_null=True)
 
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError(
-                    {unknown[0]: ["Unsupported parameter: Pathfinder does not implement it."]}
-                )
-        return super().to_internal_value(data)
+    unknown_field_message = "Unsupported parameter: Pathfinder does not implement it."
 
     def validate_n(self, value):
         if value not in (None, 1):
@@ -69,7 +68,7 @@ class CompletionInput(_OpenAIInput):
     prompt = serializers.JSONField()
     # The legacy API's form: an integer asks for each token's log-probability and that many
     # of the most probable alternatives.
-    logprobs = serializers.IntegerField(
+    logprobs = StrictIntegerField(
         min_value=0, max_value=MAX_TOP_LOGPROBS, required=False, allow_null=True
     )
 
@@ -82,6 +81,9 @@ class CompletionInput(_OpenAIInput):
         if isinstance(value, str):
             if not value:
                 raise serializers.ValidationError("This field may not be blank.")
+            refusal = text_refusal(value)
+            if refusal:
+                raise serializers.ValidationError(refusal)
             return value
         limit = settings.PATHFINDER_MAX_PROMPT_TOKENS
         if isinstance(value, list) and len(value) > limit:  # before looking at each
@@ -89,7 +91,10 @@ class CompletionInput(_OpenAIInput):
         if (
             isinstance(value, list)
             and value
-            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+            and all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= MAX_INT32
+                for t in value
+            )
         ):
             return value
         raise serializers.ValidationError(
@@ -105,29 +110,35 @@ class CompletionInput(_OpenAIInput):
         return data
 
 
-class ChatMessageInput(serializers.Serializer):
+class ChatMessageInput(RefusesUnknownFields, serializers.Serializer):
+    unknown_field_message = "Unsupported message field: Pathfinder does not implement it."
+
     role = serializers.ChoiceField(choices=["system", "developer", "user", "assistant"])
     # A string, or OpenAI's list of content parts, of which text parts are supported.
     content = serializers.JSONField()
 
     def validate_content(self, value):
-        if isinstance(value, str):
-            return value
         if isinstance(value, list) and all(
             isinstance(part, dict)
-            and part.get("type") == "text"
-            and isinstance(part.get("text"), str)
+            and set(part) == {"type", "text"}
+            and part["type"] == "text"
+            and isinstance(part["text"], str)
             for part in value
         ):
-            return "".join(part["text"] for part in value)
-        raise serializers.ValidationError("Must be a string or a list of text parts.")
+            value = "".join(part["text"] for part in value)
+        if not isinstance(value, str):
+            raise serializers.ValidationError("Must be a string or a list of text parts.")
+        refusal = text_refusal(value)
+        if refusal:
+            raise serializers.ValidationError(refusal)
+        return value
 
 
 class ChatCompletionInput(_OpenAIInput):
     messages = ChatMessageInput(many=True, allow_empty=False)
-    max_completion_tokens = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    max_completion_tokens = StrictIntegerField(min_value=1, required=False, allow_null=True)
     logprobs = serializers.BooleanField(required=False, allow_null=True)
-    top_logprobs = serializers.IntegerField(
+    top_logprobs = StrictIntegerField(
         min_value=0, max_value=MAX_TOP_LOGPROBS, required=False, allow_null=True
     )
 
