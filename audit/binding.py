@@ -166,6 +166,9 @@ class Contents:
     failures: list[Failure] = field(default_factory=list)
     _ended: bool = False
     _rule: DecisionRule | None = None
+    # The prompt's token ids, when the caller holds them (a bundle that discloses them): the
+    # decision rule then re-reads copied drafts from the context.
+    prompt_ids: list[int] | None = None
 
     def fail(self, seq: int | None, reason: str, scope: str = "trail") -> None:
         self.failures.append(Failure(scope, self.trail_id, seq, reason))
@@ -225,7 +228,7 @@ class Contents:
             self.fail(seq, "decision record names another job than the request record")
         if self.format_version >= 2:
             if self._rule is None:
-                self._rule = DecisionRule(self.request)
+                self._rule = DecisionRule(self.request, prompt_ids=self.prompt_ids)
             for reason in self._rule.check(payload):
                 self.fail(seq, f"step {step}: {reason}", DECISION_SCOPE)
         self.decisions += 1
@@ -248,6 +251,11 @@ class Contents:
             )
         if not _HEX64.fullmatch(str(payload.get("output_text_digest", ""))):
             self.fail(seq, "answer's output_text_digest is not a SHA-256 hex digest")
+
+    @property
+    def unchecked(self) -> set[str]:
+        """What the decision rule could not re-check from these records, and why."""
+        return self._rule.unchecked if self._rule is not None else set()
 
     def finish(self, *, sealed_outcome: str | None) -> list[Failure]:
         """Failures of the trail as a whole, once every record was observed; `sealed_outcome`
@@ -331,14 +339,16 @@ def decision_seq(format_version: int, step: int) -> int:
     return step + 1 if format_version >= 2 else step
 
 
-# How an emitted token was produced, as a recorded decision says.
-DRAFT, CORRECTION, BONUS = "draft", "correction", "bonus"
+# How an emitted token was produced, as a recorded decision says: an accepted draft token, the
+# target's correction of a rejected one, the bonus after a full acceptance, or the target's own
+# token in a step that drafted nothing (a plain decoding step).
+DRAFT, CORRECTION, BONUS, TARGET = "draft", "correction", "bonus", "target"
 
 
 @dataclass(frozen=True)
 class EmittedToken:
     token: int
-    source: str  # DRAFT, CORRECTION or BONUS
+    source: str  # DRAFT, CORRECTION, BONUS or TARGET
     p: str | None  # the target's probability of it at its position (decimal string)
     q: str | None  # the draft's, for an accepted draft token
     text: str | None  # its text piece, when the record has one
@@ -359,7 +369,7 @@ def emitted_from(payload: dict) -> list[EmittedToken]:
             source, p, q = DRAFT, drafted[i].get("p"), drafted[i].get("q")
         else:
             kind = correction.get("kind")
-            source = CORRECTION if kind in ("residual", "argmax") else BONUS
+            source = CORRECTION if kind in ("residual", "argmax") else BONUS if drafted else TARGET
             p, q = correction.get("p"), None
         text = texts[i] if i < len(texts) else None
         tokens.append(EmittedToken(token, source, p, q, text, tops[i] if i < len(tops) else None))

@@ -89,10 +89,14 @@ class DecisionRule:
     need it are then skipped, and the trail fails for the missing request elsewhere)."""
 
     request: dict | None
+    # The prompt's token ids when the bundle discloses them: copied drafts are then re-read
+    # from the context. None: they cannot be, and `unchecked` says so.
+    prompt_ids: list[int] | None = None
     produced: int = 0  # tokens emitted by the decisions so far
     context: int | None = None  # the next decision's context_length
     ended: str | None = None  # the stop of an earlier decision, once one ended the generation
     emitted: list[int] = field(default_factory=list)
+    unchecked: set[str] = field(default_factory=set)  # what could not be re-checked, and why
 
     def __post_init__(self) -> None:
         prompt = (self.request or {}).get("prompt")
@@ -248,12 +252,30 @@ class DecisionRule:
             fail.append("draft_source offset and match_length must be integers")
         elif not 1 <= length <= offset:
             fail.append(f"draft_source: a match of {length} cannot end before offset {offset}")
-        elif (
-            source["reference"] == CONTEXT
-            and self.context is not None
-            and offset + k > self.context
-        ):
+        elif source["reference"] != CONTEXT:
+            self.unchecked.add(
+                "drafts copied from another job (its tokens are that job's, not in this trail)"
+            )
+        elif self.context is not None and offset + k > self.context:
             fail.append(
                 f"draft_source: {k} tokens at offset {offset} run past the context "
                 f"({self.context} tokens)"
+            )
+        elif self.prompt_ids is None:
+            self.unchecked.add(
+                "drafts copied from the context (the prompt's token ids are withheld)"
+            )
+        else:
+            self._check_copy(tokens, offset, length, fail)
+
+    def _check_copy(self, tokens: list[int], offset: int, length: int, fail: list[str]) -> None:
+        """The drafted tokens are the context's at `offset`, after `length` tokens that equal the
+        context's last `length`: what prompt lookup copied, read back."""
+        context = [*self.prompt_ids, *self.emitted]
+        if context[offset : offset + len(tokens)] != tokens:
+            fail.append(f"draft_source: the context's tokens at offset {offset} are not the draft")
+        elif length > len(context) or context[offset - length : offset] != context[-length:]:
+            fail.append(
+                f"draft_source: the {length} tokens before offset {offset} do not match the "
+                "context's last tokens"
             )

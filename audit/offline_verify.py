@@ -343,7 +343,9 @@ def _check_records(b: _Bundle, check: Check) -> None:
     summary = chain.verify_trail(trail_id, stored)
     for failure in summary.failures:
         check.fail(f"seq {failure.seq}: {failure.reason}")
-    b.contents = binding.Contents(trail_id, meta["format_version"])
+    b.contents = binding.Contents(
+        trail_id, meta["format_version"], prompt_ids=_disclosed_token_ids(b.members)
+    )
     for record in stored:
         with contextlib.suppress(ValueError, RecursionError):  # the chain check named it
             payload = _loads(record.payload)
@@ -416,6 +418,19 @@ def _check_leaf(b: _Bundle, check: Check) -> None:
         )
 
 
+def _disclosed_token_ids(members: dict[str, bytes]) -> list[int] | None:
+    """The prompt's token ids as disclosures.json discloses them, or None (withheld, absent,
+    unreadable). Their digest is checked by 'question and answer'; a false list fails there."""
+    try:
+        entry = _loads(members[DISCLOSURES].decode("utf-8")).get(binding.TOKEN_IDS, {})
+    except (KeyError, ValueError, AttributeError, RecursionError, UnicodeDecodeError):
+        return None
+    value = entry.get("value") if isinstance(entry, dict) else None
+    if isinstance(value, list) and all(_int(t) for t in value):
+        return value
+    return None
+
+
 def _check_decisions(b: _Bundle, check: Check) -> None:
     """Every decision obeys the rule its own numbers force (audit.decision_rule)."""
     if b.contents is None:
@@ -429,8 +444,9 @@ def _check_decisions(b: _Bundle, check: Check) -> None:
     elif not check.failures:
         check.detail = (
             f"{b.contents.decisions} decisions re-checked: draws, ratios, accept tests, "
-            "corrections, emitted tokens, stops and the token budget follow from the records"
-        )
+            "corrections, emitted tokens, stops, the token budget and copied drafts follow from "
+            "the records"
+        ) + "".join(f"; not re-checked: {why}" for why in sorted(b.contents.unchecked))
 
 
 def _check_proof(b: _Bundle, leaf_check: Check, proof_check: Check) -> None:

@@ -71,7 +71,8 @@ class TrailFacts:
     steps: int
     drafted: int
     accepted: int
-    tokens: dict  # how many emitted tokens were accepted drafts, corrections, bonus tokens
+    tokens: dict  # how many emitted tokens were accepted drafts, corrections, bonus tokens and
+    # plain target steps (nothing drafted)
     rules: list[str]
     stop: str | None
 
@@ -84,7 +85,7 @@ class TrailFacts:
             "draft": first.get("draft"),
             "target": first.get("target"),
         }
-        tokens = {"draft": 0, "correction": 0, "bonus": 0}
+        tokens = {"draft": 0, "correction": 0, "bonus": 0, "target": 0}
         for decision in decisions:
             for emitted in binding.emitted_from(decision):
                 tokens[emitted.source] += 1
@@ -149,7 +150,8 @@ def _trail_section(facts: TrailFacts) -> list:
                     "Decisions",
                     f"{facts.steps} steps; {facts.drafted} tokens drafted, {facts.accepted} "
                     f"accepted ({rate}); tokens served: {facts.tokens['draft']} accepted draft, "
-                    f"{facts.tokens['correction']} corrections, {facts.tokens['bonus']} bonus; "
+                    f"{facts.tokens['correction']} corrections, {facts.tokens['bonus']} bonus, "
+                    f"{facts.tokens['target']} from plain target steps (nothing drafted); "
                     f"stop: {facts.stop or 'none'}",
                 ),
                 ("Parameters", ", ".join(f"{k}={v}" for k, v in sorted(facts.params.items()))),

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from audit.binding import BONUS, CORRECTION, DRAFT, emitted_from
+from audit.binding import BONUS, CORRECTION, DRAFT, TARGET, emitted_from
 
 GREEDY = "greedy-argmax"
 
@@ -29,6 +29,11 @@ CORRECTION_HOW = {
     "distribution p",
     "argmax": "the target's argmax at the first rejected position",
     "argmax-bonus": "every drafted token was accepted: the bonus token is the target's argmax",
+}
+# A step that drafted nothing: its one token is the target's own, as plain decoding's.
+PLAIN_HOW = {
+    "bonus": "nothing was drafted: the token is drawn from the target's distribution p",
+    "argmax-bonus": "nothing was drafted: the token is the target's argmax",
 }
 
 
@@ -188,7 +193,7 @@ def step_present(payload: dict) -> Step:
         shown_correction = {
             **correction,
             "label": token_label(correction.get("token"), correction.get("text")),
-            "how": CORRECTION_HOW.get(kind, f"kind {kind!r}"),
+            "how": (PLAIN_HOW if not drafted else CORRECTION_HOW).get(kind, f"kind {kind!r}"),
             "p_pct": _percent(correction.get("p")),
         }
     return Step(
@@ -214,6 +219,7 @@ SOURCE_LABEL = {
     DRAFT: "accepted draft token",
     CORRECTION: "target's correction",
     BONUS: "bonus token",
+    TARGET: "plain target step",
 }
 
 

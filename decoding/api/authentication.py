@@ -18,6 +18,9 @@ class ApiClient:
     is_authenticated: bool = True
 
 
+UNUSABLE_KEY = "authorization: invalid, revoked or expired API key."
+
+
 class ApiKeyAuthentication(BaseAuthentication):
     def authenticate(self, request):
         header = request.META.get("HTTP_AUTHORIZATION", "")
@@ -31,10 +34,10 @@ class ApiKeyAuthentication(BaseAuthentication):
             .filter(key_hash=ApiKey.digest(raw_key.strip()), revoked_at__isnull=True)
             .first()
         )
-        if api_key is None:
-            raise exceptions.AuthenticationFailed("authorization: invalid or revoked API key.")
-        if api_key.is_expired(timezone.now()):
-            raise exceptions.AuthenticationFailed("authorization: this API key has expired.")
+        # One answer for a key that is unknown, revoked or expired: which it is is the key
+        # holder's to learn from the operator, not any caller's.
+        if api_key is None or api_key.is_expired(timezone.now()):
+            raise exceptions.AuthenticationFailed(UNUSABLE_KEY)
         return ApiClient(api_key), api_key
 
     def authenticate_header(self, request):

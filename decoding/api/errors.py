@@ -82,8 +82,12 @@ def _validation_error(exc: exceptions.ValidationError):
 
 
 def _flatten(value) -> list[str]:
-    if isinstance(value, dict):
-        return [f"{key}: {msg}" for key, item in value.items() for msg in _flatten(item)]
+    if isinstance(value, dict):  # a nested object's errors; DRF's name for its own is dropped
+        return [
+            msg if key == "non_field_errors" else f"{key}: {msg}"
+            for key, item in value.items()
+            for msg in _flatten(item)
+        ]
     if isinstance(value, list):
         return [msg for item in value for msg in _flatten(item)]
     return [str(value)]

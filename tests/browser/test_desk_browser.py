@@ -20,9 +20,16 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from audit.bundle_format import deterministic_zip, manifest_member, matter_member_names
+from audit.decision_rule import DecisionRule
 from audit.offline_verify import check_bundle
 from tests.system.helpers import REPO_ROOT
-from tests.unit.engine.test_decision_recheck import KINDS, LIES, failures, honest_trail
+from tests.unit.engine.test_decision_recheck import (
+    APERIODIC,
+    KINDS,
+    LIES,
+    failures,
+    honest_trail,
+)
 
 from .helpers import Portal
 from .test_portal_browser import describe_run, job_rows, log_in, offline_verify, walk_url
@@ -62,8 +69,8 @@ def test_every_token_shows_how_it_was_produced(page: Page, portal: Portal, scree
     tokens = page.locator("#output a.token")
     expect(tokens.first).to_be_visible()
     sources = set(tokens.evaluate_all("links => links.map(a => a.dataset.source)"))
-    assert sources <= {"draft", "correction", "bonus"} and sources, sources
-    expect(page.locator("ul.legend li")).to_have_count(3)
+    assert sources <= {"draft", "correction", "bonus", "target"} and sources, sources
+    expect(page.locator("ul.legend li")).to_have_count(4)
     # The keyboard reaches a token, and its probabilities are read out, not only hovered.
     tokens.first.focus()
     label = tokens.first.get_attribute("aria-label")
@@ -378,9 +385,10 @@ def test_a_reviewer_verifies_a_download_in_the_page(
     expect(page.locator('li[data-ok="false"]').first).to_contain_text("question and answer")
 
 
-def in_page_rule(page: Page, request: dict, decisions: list[dict]) -> list[dict]:
+def in_page_rule(page: Page, request: dict, decisions: list[dict], prompt_ids=None) -> list:
     return page.evaluate(
-        "([r, d]) => window.PathfinderDecisionRule.failures(r, d)", [request, decisions]
+        "([r, d, ids]) => window.PathfinderDecisionRule.failures(r, d, ids)",
+        [request, decisions, prompt_ids],
     )
 
 
@@ -400,6 +408,16 @@ def test_the_page_re_checks_every_decision_as_offline_verify_does(page: Page, po
         python, js = failures(request, lied), in_page_rule(page, request, lied)
         assert python and js, (lie, python, js)
         assert len(js) == len(python), (lie, python, js)
+    # With the prompt's token ids disclosed, both read copied drafts back from the context.
+    request, decisions = honest_trail("lookup", 1.0, prompt=APERIODIC)
+    ids = list(APERIODIC)
+    assert in_page_rule(page, request, decisions, ids) == []
+    lied = json.loads(json.dumps(decisions))
+    copied = next(x for x in lied if x["draft_source"] and x["draft_source"]["offset"] > 1)
+    copied["draft_source"]["offset"] -= 1  # another place of the context, in bounds
+    rule = DecisionRule(request, prompt_ids=ids)
+    python = [r for x in lied for r in rule.check(x)]
+    assert python and len(in_page_rule(page, request, lied, ids)) == len(python)
     # Python's repr of a float, which the records use, for the numbers that trip formatters.
     for x in (1.0, 0.1, 1e-05, 0.0001, 1e16, 1.5e-07, 123456789.125, 2.5e-323, 0.30000000000000004):
         assert page.evaluate("x => window.PathfinderDecisionRule.numberText(x)", x) == repr(x)

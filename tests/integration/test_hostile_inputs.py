@@ -30,6 +30,7 @@ CORPUS = [
 PROMPTS = [  # the prompt itself, per endpoint
     (NATIVE, "a prompt that is a number", '"prompt": 123', "prompt"),
     (NATIVE, "a NUL in the prompt", '"prompt": "a\\u0000b"', "prompt"),
+    (NATIVE, "a message that is not an object", '"messages": ["Hi"]', "messages"),
     (
         NATIVE,
         "a lone surrogate in a message",
@@ -83,6 +84,7 @@ def test_every_post_endpoint_refuses_the_corpus_naming_the_field(owner, path, ca
 def test_a_hostile_prompt_is_refused_naming_it(owner, path, case, members, field):
     error = refused(owner, path, "{" + members + "}")
     assert named(path, error).startswith(field), (case, error)
+    assert "non_field_errors" not in error["message"], error  # DRF's name, not the request's
 
 
 @pytest.mark.parametrize("path", [NATIVE, COMPLETIONS])

@@ -183,9 +183,11 @@ def test_every_output_token_says_how_it_was_produced(run_job, reviewer):
                 expected.append(("draft", record["drafted"][i]["p"], record["drafted"][i]["q"]))
             elif record["correction"]["kind"] == "residual":
                 expected.append(("correction", record["correction"]["p"], None))
-            else:
+            elif record["drafted"]:
                 expected.append(("bonus", record["correction"]["p"], None))
-    assert {source for source, _, _ in expected} == {"draft", "correction", "bonus"}
+            else:  # nothing drafted: the target's own token, not a bonus
+                expected.append(("target", record["correction"]["p"], None))
+    assert {"draft", "correction", "bonus"} <= {source for source, _, _ in expected}
     assert len(links) == len(expected)
     for link, (source, p, q) in zip(links, expected, strict=True):
         assert f'data-source="{source}"' in link

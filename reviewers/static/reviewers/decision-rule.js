@@ -6,8 +6,9 @@
    stopped, the correction's kind and draw, the emitted tokens, the stop and the token budget,
    the draft's provenance, and that the decision ran under its request's models and params.
 
-   PathfinderDecisionRule.failures(request, decisions) resolves to a list of
-   {step, reason}; an empty list means every decision obeys the rule. */
+   PathfinderDecisionRule.failures(request, decisions, promptIds) resolves to a list of
+   {step, reason}; an empty list means every decision obeys the rule. review() resolves to
+   {failures, unchecked}: unchecked names what the records could not re-check, and why. */
 (function () {
   "use strict";
 
@@ -64,9 +65,12 @@
     return at < 0 ? tokens : tokens.slice(0, at + 1);
   }
 
-  async function failures(request, decisions) {
+  // promptIds: the prompt's token ids when the bundle discloses them (copied drafts are then
+  // read back from the context), else null. Resolves to {failures, unchecked}.
+  async function review(request, decisions, promptIds = null) {
     const count = request?.prompt?.token_count;
-    const state = { produced: 0, context: isInt(count) ? count : null, ended: null };
+    const state = { produced: 0, context: isInt(count) ? count : null, ended: null,
+      promptIds, emitted: [], unchecked: new Set() };
     const out = [];
     for (const d of decisions) {
       const fail = (reason) => out.push({ step: d?.step, reason });
@@ -74,8 +78,9 @@
         fail(e instanceof Bad ? e.message : `the decision is not in the format's shape (${e.message})`);
       }
     }
-    return out;
+    return { failures: out, unchecked: [...state.unchecked].sort() };
   }
+  const failures = async (request, decisions, promptIds = null) => (await review(request, decisions, promptIds)).failures;
 
   async function checkOne(d, request, state, fail) {
     if (state.ended !== null) fail(`a decision follows one that ended the generation ('${state.ended}')`);
@@ -112,9 +117,10 @@
       fail(`emitted ${JSON.stringify(d.emitted)}: the accepted prefix and the correction, cut after end-of-sequence, are ${JSON.stringify(emitted)}`);
     }
     checkStop(d.stop, emitted, eos, maxTokens, request, state, fail);
-    checkSource(d, k, state, fail);
+    checkSource(d, tokens, state, fail);
     if (n < k && rule === GREEDY && correction === tokens[n]) fail(`drafted[${n}] was rejected, yet the argmax that replaced it is the same`);
     state.produced += emitted.length;
+    state.emitted.push(...emitted);
     if (state.context !== null) state.context += emitted.length;
     state.ended = d.stop;
   }
@@ -167,7 +173,8 @@
     if (stop === "stop" && asked && typeof asked === "object" && !(asked.stop?.length)) fail("stop 'stop', but the request has no stop strings");
   }
 
-  function checkSource(d, k, state, fail) {
+  function checkSource(d, tokens, state, fail) {
+    const k = tokens.length;
     if (!("draft_source" in d)) return;  // records written before the field existed
     const source = d.draft_source;
     if (!copies(d) || k === 0) {
@@ -181,10 +188,19 @@
     const { offset, match_length: length } = source;
     if (!isInt(offset) || !isInt(length)) fail("draft_source offset and match_length must be integers");
     else if (!(length >= 1 && length <= offset)) fail(`draft_source: a match of ${length} cannot end before offset ${offset}`);
-    else if (source.reference === "context" && state.context !== null && offset + k > state.context) {
-      fail(`draft_source: ${k} tokens at offset ${offset} run past the context of ${state.context}`);
+    else if (source.reference !== "context") state.unchecked.add("drafts copied from another job (its tokens are that job's, not in this trail)");
+    else if (state.context !== null && offset + k > state.context) {
+      fail(`draft_source: ${k} tokens at offset ${offset} run past the context (${state.context} tokens)`);
+    } else if (state.promptIds === null) state.unchecked.add("drafts copied from the context (the prompt's token ids are withheld)");
+    else {  // read the copy back: the draft is the context's at offset, after a true match
+      const context = [...state.promptIds, ...state.emitted];
+      const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
+      if (!same(context.slice(offset, offset + k), tokens)) fail(`draft_source: the context's tokens at offset ${offset} are not the draft`);
+      else if (length > context.length || !same(context.slice(offset - length, offset), context.slice(context.length - length))) {
+        fail(`draft_source: the ${length} tokens before offset ${offset} do not match the context's last tokens`);
+      }
     }
   }
 
-  globalThis.PathfinderDecisionRule = { failures, uniform, numberText };
+  globalThis.PathfinderDecisionRule = { failures, review, uniform, numberText };
 })();

@@ -370,14 +370,20 @@
 
   // --- a bundle, whole -------------------------------------------------------------------------
 
-  async function checkDecisions(chain, check) {  // decision-rule.js, on every format-2 decision
+  function disclosedTokenIds(m) {  // the prompt's token ids, when disclosures.json discloses them
+    try {
+      const value = JSON.parse(text(m.get("disclosures.json")))?.["prompt.token_ids"]?.value;
+      return Array.isArray(value) && value.every((t) => Number.isSafeInteger(t) && t >= 0) ? value : null;
+    } catch { return null; }
+  }
+
+  async function checkDecisions(m, chain, check) {  // decision-rule.js, on every format-2 decision
     if (!chain) { check.fail("no readable records to re-check (see the records check)"); return; }
     const request = chain.payloads.find((p) => p && p.kind === "request") ?? null;
     const decisions = chain.payloads.filter((p) => p && p.kind === "decision");
-    for (const { step, reason } of await globalThis.PathfinderDecisionRule.failures(request, decisions)) {
-      check.fail(`step ${step}: ${reason}`);
-    }
-    if (check.ok) check.detail = `${decisions.length} decisions re-checked: draws, ratios, accept tests, corrections, emitted tokens, stops and the token budget follow from the records`;
+    const { failures, unchecked } = await globalThis.PathfinderDecisionRule.review(request, decisions, disclosedTokenIds(m));
+    for (const { step, reason } of failures) check.fail(`step ${step}: ${reason}`);
+    if (check.ok) check.detail = `${decisions.length} decisions re-checked: draws, ratios, accept tests, corrections, emitted tokens, stops, the token budget and copied drafts follow from the records` + unchecked.map((why) => `; not re-checked: ${why}`).join("");
   }
 
   // models.json and params.json are exactly what the first record names (audit.bundle_format
@@ -445,7 +451,7 @@
     const leafCheck = add("ledger leaf"), proofCheck = add("inclusion proof");
     const sealed = await guarded(leafCheck, () => checkLeafAndProof(m, chain, checkpoint, leafCheck, proofCheck));
     const ruleCheck = add("decision rule");
-    await guarded(ruleCheck, () => checkDecisions(chain, ruleCheck));
+    await guarded(ruleCheck, () => checkDecisions(m, chain, ruleCheck));
     const textCheck = add("question and answer");
     await guarded(textCheck, () => checkTexts(m, chain, textCheck));
     const describedCheck = add("models and params");

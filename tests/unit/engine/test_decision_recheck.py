@@ -25,7 +25,9 @@ from tests.unit.engine.conftest import MemorySink
 PROMPT = (1, 2, 3, 4, 1, 2, 3, 4, 1, 2)  # repeats, so prompt lookup finds copies
 
 
-def honest_trail(drafter_kind: str, temperature: float, max_tokens: int = 24, eos=None):
+def honest_trail(
+    drafter_kind: str, temperature: float, max_tokens: int = 24, eos=None, prompt=PROMPT
+):
     """(request payload, decision payloads) of one real generation by the engine."""
     sink = MemorySink()
     target = StubProvider(seed=0, name="stub-target", vocab_size=8)
@@ -38,13 +40,13 @@ def honest_trail(drafter_kind: str, temperature: float, max_tokens: int = 24, eo
     params = GenerationParams(
         max_tokens=max_tokens, temperature=temperature, top_p=0.9, eos_token_id=eos, draft_length=4
     )
-    SpeculativeDecoder(drafter, target, sink).generate(GenerationRequest("job-1", PROMPT, params))
+    SpeculativeDecoder(drafter, target, sink).generate(GenerationRequest("job-1", prompt, params))
     decisions = [record.payload() for record in sink.records]
     request = {
         "job": "job-1",
         "models": {"draft": decisions[0]["draft"], "target": decisions[0]["target"]},
         "params": {**decisions[0]["params"], "stop": [], "stream": False},
-        "prompt": {"token_count": len(PROMPT)},
+        "prompt": {"token_count": len(prompt)},
     }
     return request, decisions
 
@@ -197,3 +199,33 @@ def test_the_doc_s_rng_example_is_what_both_implementations_draw():
     drawn = engine_uniform(42, 0, 0, "accept")
     assert drawn == verifier_uniform(42, 0, 0, "accept")
     assert f'`uniform(42, 0, 0, "accept")` is `{drawn!r}`' in doc
+
+
+APERIODIC = (6, 1, 2, 3, 7, 0, 5, 1, 2, 3)  # "1 2 3" recurs, the rest does not
+
+
+def test_with_the_prompt_disclosed_a_copied_draft_is_read_back_from_the_context():
+    request, decisions = honest_trail("lookup", 1.0, prompt=APERIODIC)
+    disclosed = DecisionRule(request, prompt_ids=list(APERIODIC))
+    assert [r for d in decisions for r in disclosed.check(d)] == []
+    assert disclosed.unchecked == set()
+    withheld = DecisionRule(request)
+    assert [r for d in decisions for r in withheld.check(d)] == []
+    assert any("withheld" in why for why in withheld.unchecked)
+    # A source that names another place of the context, in bounds, with the same match length:
+    # only reading the context back catches it.
+    copied = first(decisions, lambda d: d["draft_source"] and d["draft_source"]["offset"] > 1)
+    offset = copied["draft_source"]["offset"]
+    context = [
+        *APERIODIC,
+        *(t for d in decisions if d["step"] < copied["step"] for t in d["emitted"]),
+    ]
+    false_length = next(  # a match length the context does not bear out
+        n for n in range(1, offset + 1) if context[offset - n : offset] != context[-n:]
+    )
+    for lie in ({"offset": offset - 1}, {"match_length": false_length}):
+        lied = copy.deepcopy(decisions)
+        d = first(lied, lambda d: d["step"] == copied["step"])
+        d["draft_source"] = {**d["draft_source"], **lie}
+        rule = DecisionRule(request, prompt_ids=list(APERIODIC))
+        assert [r for d in lied for r in rule.check(d)], lie

@@ -204,3 +204,10 @@ def test_records_of_the_wrong_shape_are_named_never_a_crash(payloads, expected):
 @pytest.mark.parametrize("outcome", ["failed", "abandoned"])
 def test_an_answer_in_a_trail_that_served_none_is_named(outcome):
     assert "holds an answer: none was served" in " ".join(reasons(walk(GOOD, outcome=outcome)))
+
+
+def test_a_step_that_drafted_nothing_emits_the_target_s_own_token_not_a_bonus():
+    plain = decision(0, [4])  # nothing drafted: the correction is the target's argmax
+    full = decision(0, [3, 4])  # one drafted, accepted: then the argmax is a bonus
+    assert [t.source for t in binding.emitted_from(plain)] == [binding.TARGET]
+    assert [t.source for t in binding.emitted_from(full)] == [binding.DRAFT, binding.BONUS]
