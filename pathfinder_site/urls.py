@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from pathfinder_site import views as ops
@@ -8,6 +9,8 @@ from pathfinder_site.mfa import mfa
 handler404 = "decoding.api.views.not_found"
 
 urlpatterns = [
+    # The front door leads to the reviewer's desk (its login first); machines use /api/ and /v1/.
+    path("", RedirectView.as_view(pattern_name="reviewers:trails", permanent=False), name="home"),
     path("healthz", ops.healthz, name="healthz"),
     path("readyz", ops.readyz, name="readyz"),
     path("metrics", ops.metrics, name="metrics"),

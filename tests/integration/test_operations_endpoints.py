@@ -83,3 +83,12 @@ def test_readiness_and_gauges_are_computed_once_per_interval(db, client, setting
         assert client.get("/readyz").status_code in (200, 503)
     assert len(inspected) <= 1  # at most one broker broadcast, not twenty
     assert client.get("/metrics").status_code == 200  # no token set: open, as before
+
+
+def test_the_front_door_leads_to_the_reviewer_s_desk(client, db):
+    """`/` was a bare 404: a person who opens the service's address gets the portal's login."""
+    home = client.get("/")
+    assert home.status_code == 302 and home["Location"] == "/portal/"
+    landed = client.get("/", follow=True)
+    assert landed.redirect_chain[-1][0].startswith("/accounts/login/")
+    assert landed.status_code == 200
