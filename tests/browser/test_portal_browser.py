@@ -210,6 +210,13 @@ def test_annotating_and_signing_off_a_trail(page: Page, portal: Portal):
     form.locator(SUBMIT).first.click()
     expect(page.get_by_text(note)).to_be_visible()
 
+    # Signing off asks first: dismissed, nothing is signed; accepted, the sign-off is recorded.
+    asked = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    page.locator("button#sign-off").click()
+    expect(page.locator("ul#sign-offs")).to_contain_text("No sign-offs yet.")
+    assert asked and "cannot be withdrawn" in asked[0], asked
+    page.once("dialog", lambda dialog: dialog.accept())
     page.locator("button#sign-off").click()
     expect(page.locator("ul#sign-offs")).to_contain_text("reviewed and verified by alice at")
 
