@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 GREEDY, SAMPLING = "greedy-argmax", "speculative-sampling"
 DECISION_SCOPE = "decision"  # the scope of a failure of this rule (audit.chain.Failure)
-STOPS = (None, "eos", "stop", "max_tokens")
 DECISION_PARAMS = {
     "max_tokens",
     "temperature",
@@ -92,17 +91,19 @@ class DecisionRule:
     # The prompt's token ids when the bundle discloses them: copied drafts are then re-read
     # from the context. None: they cannot be, and `unchecked` says so.
     prompt_ids: list[int] | None = None
-    produced: int = 0  # tokens emitted by the decisions so far
-    context: int | None = None  # the next decision's context_length
     ended: str | None = None  # the stop of an earlier decision, once one ended the generation
-    emitted: list[int] = field(default_factory=list)
+    emitted: list[int] = field(default_factory=list)  # what the decisions so far emitted
     unchecked: set[str] = field(default_factory=set)  # what could not be re-checked, and why
 
-    def __post_init__(self) -> None:
+    @property
+    def context(self) -> int | None:
+        """The next decision's context_length: the request's prompt tokens and those emitted
+        so far (None without a readable request)."""
         prompt = (self.request or {}).get("prompt")
         count = prompt.get("token_count") if isinstance(prompt, dict) else None
-        if isinstance(count, int) and not isinstance(count, bool):
-            self.context = count
+        if not isinstance(count, int) or isinstance(count, bool):
+            return None
+        return count + len(self.emitted)
 
     def check(self, decision: dict) -> list[str]:
         failures: list[str] = []
@@ -144,7 +145,7 @@ class DecisionRule:
         k = len(drafted)
         if d["draft_length"] != k:
             fail.append(f"draft_length {d['draft_length']!r}, but {k} tokens are drafted")
-        budget = max_tokens - self.produced - 1  # room for the token the target always adds
+        budget = max_tokens - len(self.emitted) - 1  # room for the token the target always adds
         if k > max(budget, 0) or k > params["draft_length"]:
             fail.append(f"{k} drafted tokens: at most min(draft_length, {budget}) may be")
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= k:
@@ -167,10 +168,7 @@ class DecisionRule:
         self._check_source(d, tokens, fail)
         if rejected and rule == GREEDY and correction == tokens[n]:
             fail.append(f"drafted[{n}] was rejected, yet the argmax that replaced it is the same")
-        self.produced += len(emitted)
         self.emitted.extend(emitted)
-        if self.context is not None:
-            self.context += len(emitted)
         self.ended = d["stop"]
 
     def _check_drafted(self, d, i, t, n, rule, seed, step, fail) -> None:
@@ -221,7 +219,7 @@ class DecisionRule:
             fail.append("correction.p is below the rejected token's: it is not the argmax")
 
     def _check_stop(self, stop, emitted, eos, max_tokens, fail) -> None:
-        total = self.produced + len(emitted)
+        total = len(self.emitted) + len(emitted)
         if total > max_tokens:
             fail.append(f"{total} tokens emitted, more than max_tokens {max_tokens}")
         if eos is not None and eos in emitted:

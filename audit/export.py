@@ -10,7 +10,7 @@ from pathlib import Path
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from . import binding, bundle, bundle_format, checkpoints, claims
+from . import binding, bundle, bundle_format, checkpoints, claims, decision_rule
 from .bundle_format import TEXT_MEMBERS
 from .keys import signer_of
 from .log import NotYetCovered, inclusion_of
@@ -147,7 +147,7 @@ def carried_in_clear(payloads: list[dict], group: str) -> str | None:
             return f"step {step} emitted the answer's tokens"
         source = payload.get("draft_source") or {}
         if group == "prompt" and source:
-            if source.get("reference") != "context":
+            if source.get("reference") != decision_rule.CONTEXT:
                 return f"step {step} drafted tokens copied from another job"
             if source.get("offset", 0) < prompt_tokens:
                 return f"step {step} drafted tokens copied from the prompt"

@@ -349,7 +349,8 @@ def _check_records(b: _Bundle, check: Check) -> None:
     for record in stored:
         with contextlib.suppress(ValueError, RecursionError):  # the chain check named it
             payload = _loads(record.payload)
-            b.first_record = payload if record.seq == 0 else b.first_record
+            if record.seq == 0:
+                b.first_record = payload
             b.contents.observe(record.seq, payload)
     count = meta["record_count"]
     if not _int(count) or count != len(entries) or count != len(lines):

@@ -69,8 +69,9 @@
   // read back from the context), else null. Resolves to {failures, unchecked}.
   async function review(request, decisions, promptIds = null) {
     const count = request?.prompt?.token_count;
-    const state = { produced: 0, context: isInt(count) ? count : null, ended: null,
-      promptIds, emitted: [], unchecked: new Set() };
+    const state = { ended: null, promptIds, emitted: [], unchecked: new Set(),
+      // the next decision's context_length: the prompt's tokens and those emitted so far
+      get context() { return isInt(count) ? count + this.emitted.length : null; } };
     const out = [];
     for (const d of decisions) {
       const fail = (reason) => out.push({ step: d?.step, reason });
@@ -105,7 +106,7 @@
     }
     const drafted = d.drafted, n = d.accepted_count, k = drafted.length;
     if (d.draft_length !== k) fail(`draft_length ${d.draft_length}, but ${k} tokens are drafted`);
-    const budget = maxTokens - state.produced - 1;
+    const budget = maxTokens - state.emitted.length - 1;
     if (k > Math.max(budget, 0) || k > params.draft_length) fail(`${k} drafted tokens: at most min(draft_length, ${budget}) may be`);
     if (!isInt(n) || n < 0 || n > k) throw new Bad(`accepted_count ${n} is not between 0 and ${k}`);
     const tokens = drafted.map((t, i) => token(t.token, `drafted[${i}].token`));
@@ -119,9 +120,7 @@
     checkStop(d.stop, emitted, eos, maxTokens, request, state, fail);
     checkSource(d, tokens, state, fail);
     if (n < k && rule === GREEDY && correction === tokens[n]) fail(`drafted[${n}] was rejected, yet the argmax that replaced it is the same`);
-    state.produced += emitted.length;
     state.emitted.push(...emitted);
-    if (state.context !== null) state.context += emitted.length;
     state.ended = d.stop;
   }
 
@@ -164,7 +163,7 @@
   }
 
   function checkStop(stop, emitted, eos, maxTokens, request, state, fail) {
-    const total = state.produced + emitted.length;
+    const total = state.emitted.length + emitted.length;
     if (total > maxTokens) fail(`${total} tokens emitted, more than max_tokens ${maxTokens}`);
     const expected = eos !== null && emitted.includes(eos) ? ["eos"]
       : total >= maxTokens ? ["max_tokens", "stop"] : [null, "stop"];
