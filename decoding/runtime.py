@@ -150,6 +150,16 @@ def _release_loaded() -> None:
     _loaded.clear()
 
 
+def preload_default() -> str | None:
+    """Load the default spec's models now, at a worker's start in the process that decodes, so
+    its first job finds them warm. The spec's name, or None when there is no such spec."""
+    spec = ModelSpec.objects.filter(name=settings.PATHFINDER_DEFAULT_MODEL).first()
+    if spec is None:
+        return None
+    models_for(spec)
+    return spec.name
+
+
 def tokenizer_for(spec: ModelSpec) -> Tokenizer | None:
     """The spec's tokenizer without the model (the web process tokenises prompts with it)."""
     return PROVIDER_KINDS[spec.provider].tokenizer(spec.path)

@@ -8,14 +8,13 @@ import secrets
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from audit.export import ExportError
 from audit.matter_export import MatterExport, MatterSelection, matter_export
 from audit.models import Trail
 from audit.store import trail_seal
-from decoding import admission, events, lifecycle
+from decoding import admission, delivery, events, lifecycle
 from decoding.job_input import job_input
 from decoding.models import ApiKey, GenerationJob, Matter
 from decoding.selectors import matter_trail_ids
@@ -134,7 +133,7 @@ def job_submit(
 def _enqueue(job: GenerationJob) -> None:
     job_id = job.id
     try:
-        GenerationJob.objects.filter(pk=job_id).update(enqueued_at=timezone.now())
+        delivery.dispatched(job_id)
         _send(job)
     except Exception as exc:
         logger.error("could not queue job", extra={"job_id": str(job_id), "error": str(exc)})
@@ -144,24 +143,22 @@ def _enqueue(job: GenerationJob) -> None:
 
 def _send(job: GenerationJob) -> None:
     """Hand the job to the queue (by task name: the task module imports this one), placed by
-    its matter's share (admission.queue_priority)."""
-    celery_app.send_task(RUN_GENERATION, args=[str(job.id)], priority=admission.queue_priority(job))
+    its matter's share (admission.queue_priority), its id the task's (decoding.delivery)."""
+    celery_app.send_task(
+        RUN_GENERATION,
+        args=[str(job.id)],
+        task_id=str(job.id),
+        priority=admission.queue_priority(job),
+    )
 
 
 def jobs_recover() -> int:
-    """Hand jobs whose message may be lost back to the queue: running jobs whose lease lapsed
-    (their worker died), and jobs queued longer than PATHFINDER_REQUEUE_AFTER_S (a broker that
-    restarted without persistence). A duplicate message is harmless: running is idempotent."""
-    now = timezone.now()
-    stale = now - dt.timedelta(seconds=settings.PATHFINDER_REQUEUE_AFTER_S)
-    not_requeued_lately = Q(enqueued_at__lt=stale) | Q(enqueued_at=None)
-    lost = GenerationJob.objects.filter(
-        (Q(status=GenerationJob.Status.RUNNING, lease_expires_at__lt=now) & not_requeued_lately)
-        | Q(status=GenerationJob.Status.QUEUED, enqueued_at__lt=stale)
-    ).only("pk", "matter_id")[:1000]
+    """Hand jobs whose message is lost back to the queue (decoding.delivery): queued ones no
+    worker holds that the broker no longer has, running ones whose lease lapsed (their worker
+    died). A duplicate message is harmless: running is idempotent."""
     requeued = 0
-    for job in lost:
-        GenerationJob.objects.filter(pk=job.pk).update(enqueued_at=now)
+    for job in delivery.lost(timezone.now()):
+        delivery.dispatched(job.pk)
         try:
             _send(job)
         except Exception as exc:
@@ -169,7 +166,7 @@ def jobs_recover() -> int:
             break  # the broker is down; the next sweep tries again
         requeued += 1
     if requeued:
-        logger.warning("re-queued jobs whose message may be lost", extra={"jobs": requeued})
+        logger.warning("re-queued jobs whose message was lost", extra={"jobs": requeued})
     return requeued
 
 

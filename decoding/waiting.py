@@ -2,7 +2,8 @@
 and when a wait ends early because its caller left or the service is stopping.
 
 A waiting request holds one of the web process's threads. PATHFINDER_WEB_MAX_WAITING bounds how
-many may, below the thread count, so health checks, the portal and other keys are always served.
+many may, below the thread count, so health checks, the portal and other keys are always served,
+and divides them between matters, so one matter's keys cannot hold them all.
 Under WSGI a request never hears that its client left; gunicorn hands the view its socket
 (`gunicorn.socket`), and a peek at it tells.
 """
@@ -14,6 +15,7 @@ import select
 import signal
 import socket
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 
 from django.conf import settings
@@ -34,21 +36,54 @@ class ServiceStopping(Exception):
     """This web process is shutting down; the wait ends now rather than when the job does."""
 
 
+class _Shelf:
+    """A web process's wait slots, shared between matters: a matter holding none takes any free
+    slot; one holding some takes another while it holds fewer than an equal share, between the
+    matters holding slots, of all but a quarter of them (at least one). So a matter alone
+    holds three quarters at most, a second matter's calls take the rest at once, and as the
+    first's waits end the two shares even out."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.shared = size - max(1, size // 4)
+        self._held: Counter = Counter()
+        self._lock = threading.Lock()
+
+    def take(self, matter_id) -> bool:
+        with self._lock:
+            mine = self._held[matter_id]
+            if sum(self._held.values()) >= self.size:
+                return False
+            if mine and mine >= self.shared // len(self._held):
+                return False
+            self._held[matter_id] += 1
+            return True
+
+    def give_back(self, matter_id) -> None:
+        with self._lock:
+            self._held[matter_id] -= 1
+            if not self._held[matter_id]:
+                del self._held[matter_id]
+
+
 @functools.cache
-def _slots(size: int) -> threading.BoundedSemaphore:
-    return threading.BoundedSemaphore(size)
+def _shelf(size: int) -> _Shelf:
+    return _Shelf(size)
 
 
 class WaitSlot:
-    """One of this process's PATHFINDER_WEB_MAX_WAITING slots, taken at once or OverCapacity;
-    release() is idempotent, so the view and the response's close can both call it."""
+    """One of this process's PATHFINDER_WEB_MAX_WAITING slots for the matter, taken at once or
+    OverCapacity; release() is idempotent, so the view and the response's close can both call
+    it."""
 
-    def __init__(self):
-        self._semaphore = _slots(settings.PATHFINDER_WEB_MAX_WAITING)
-        if not self._semaphore.acquire(blocking=False):
+    def __init__(self, matter_id):
+        self._shelf = _shelf(settings.PATHFINDER_WEB_MAX_WAITING)
+        self._matter_id = matter_id
+        if not self._shelf.take(matter_id):
             raise OverCapacity(
                 "PATHFINDER_WEB_MAX_WAITING",
-                "this server holds as many waiting requests as it may; retry shortly.",
+                "this server holds as many waiting requests as it may for this matter; "
+                "retry shortly.",
                 1,
             )
         self._held = True
@@ -58,7 +93,7 @@ class WaitSlot:
         with self._lock:
             if self._held:
                 self._held = False
-                self._semaphore.release()
+                self._shelf.give_back(self._matter_id)
 
     def __enter__(self) -> WaitSlot:
         return self

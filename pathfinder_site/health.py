@@ -15,10 +15,11 @@ WORKER_PING_S = 1.0
 
 def readiness() -> dict:
     """{"ready": bool, "checks": {...}, "alerts": [...]}: ready when the database answers with
-    every migration applied, the broker answers and at least one worker does. The ages of the
-    last successful verification and checkpoint are reported (a fresh installation has neither),
-    and `alerts` names audit upkeep that needs a person (a checkpoint below the witness quorum,
-    a broken verification) without taking the service out of rotation."""
+    every migration applied, the broker answers and at least one worker does with its models
+    loaded. The ages of the last successful verification and checkpoint are reported (a fresh
+    installation has neither), and `alerts` names audit upkeep that needs a person (a
+    checkpoint below the witness quorum, a broken verification) without taking the service out
+    of rotation."""
     checks = {"database": _database()}
     checks["migrations"] = _migrations() if checks["database"]["ok"] else {"ok": False}
     checks["broker"] = _broker()
@@ -84,7 +85,25 @@ def _workers() -> dict:
         name for name, queues in replies.items() if any(q["name"] == queue for q in queues)
     )
     report = {"ok": bool(names), "count": len(names), "names": names, "queue": queue}
-    return {**report, "slots": _slots(app, names)} if names else report
+    if not names:
+        return report
+    models = _models(app, names)
+    # Ready once a worker can decode at once: its processes have loaded their models.
+    loaded = [name for name, state in models.items() if (state or {}).get("loaded")]
+    return {**report, "ok": bool(loaded), "slots": _slots(app, names), "models": models}
+
+
+def _models(app, names: list[str]) -> dict:
+    """Per worker, how many of its decoding processes have loaded their models (they do at
+    start-up, pathfinder_site.celery); None where a worker did not answer in time."""
+    try:
+        replies = app.control.broadcast(
+            "pathfinder_models", reply=True, timeout=WORKER_PING_S, destination=names
+        )
+    except Exception:
+        return dict.fromkeys(names)
+    answers = {name: answer for reply in replies or [] for name, answer in reply.items()}
+    return {name: answers[name] if "loaded" in answers.get(name, {}) else None for name in names}
 
 
 def _slots(app, names: list[str]) -> dict:

@@ -326,6 +326,9 @@ PATHFINDER_WORKER_SEQUENCES = env_int("PATHFINDER_WORKER_SEQUENCES", 1, minimum=
 CELERY_WORKER_POOL = "threads" if PATHFINDER_WORKER_SEQUENCES > 1 else "prefork"
 CELERY_WORKER_CONCURRENCY = PATHFINDER_WORKER_SEQUENCES
 CELERY_TASK_TIME_LIMIT = env_int("PATHFINDER_TASK_TIME_LIMIT", 3600, minimum=1)
+# A prefork child loads its models before it reports up (pathfinder_site.celery): a large model
+# on a cold disk may take minutes, which must not count as a child that failed to start.
+CELERY_WORKER_PROC_ALIVE_TIMEOUT = 600
 # Queue priorities a job can be sent at (Redis only; kombu's filesystem transport is FIFO).
 PATHFINDER_QUEUE_PRIORITIES = 10
 if CELERY_BROKER_URL.startswith("redis"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 from functools import cache
 from pathlib import Path
@@ -128,13 +129,40 @@ def _gguf_parts(path: str, _size: int, _mtime: int) -> dict[str, str]:
     }
 
 
-def component_hashes(path: str | os.PathLike[str], chat_template: str | None = None) -> dict:
+def _cached_gguf_parts(path: Path, cache_dir: Path) -> dict[str, str]:
+    entry = cache_dir / "components" / f"{weights_sha256(path)}.json"
+    try:
+        return json.loads(entry.read_text())
+    except (OSError, ValueError):
+        pass  # not yet kept, or unreadable: read the file
+    st = path.stat()
+    parts = dict(_gguf_parts(str(path), st.st_size, st.st_mtime_ns))
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        partial = entry.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(parts, sort_keys=True))
+        partial.replace(entry)  # whole or not at all, whichever process writes it
+    except OSError:
+        pass  # a read-only cache: read the metadata again next time
+    return parts
+
+
+def component_hashes(
+    path: str | os.PathLike[str],
+    chat_template: str | None = None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> dict:
     """tokenizer_sha256, config_sha256 and chat_template_sha256 of a GGUF file (from its
     metadata: each key in name order, its name, NUL, then each value part as an 8-byte
     big-endian length and its bytes) or of a Hugging Face directory (its tokenizer and config
-    files, concatenated in name order; the chat template as the tokenizer holds it)."""
+    files, concatenated in name order; the chat template as the tokenizer holds it). With a
+    cache_dir, a GGUF's are kept there under the file's SHA-256 (reading its metadata takes
+    seconds; hashing it is needed anyway), so a changed file is read again."""
     path = Path(path).resolve()
     if path.is_file() and path.name.endswith(".gguf"):
+        if cache_dir is not None:
+            return _cached_gguf_parts(path, Path(cache_dir))
         st = path.stat()
         return dict(_gguf_parts(str(path), st.st_size, st.st_mtime_ns))
     if path.is_dir():

@@ -30,6 +30,7 @@ class LlamaCppKind(ProviderKind):
             # The target's prefill is the one a review session repeats; a draft model's is
             # cheap beside it, so the memory goes to the target.
             prompt_cache_bytes=0 if draft else settings.PATHFINDER_PROMPT_CACHE_BYTES,
+            cache_dir=settings.PATHFINDER_MODEL_CACHE_DIR,  # what was read of a file once
         )
 
     def batch(self, target, sequences):

@@ -76,7 +76,8 @@ class _Generate(OpenAIView):
         stream = data.validated_data["stream"]
         # None: no logprobs in the response; else how many alternatives each token shows.
         top = native.get("top_logprobs", 0) if data.wants_logprobs() else None
-        slot = waiting.WaitSlot()  # before the job exists: a refusal leaves nothing behind
+        # Before the job exists: a refusal leaves nothing behind.
+        slot = waiting.WaitSlot(request.auth.matter_id)
         try:
             job, _ = services.job_submit(
                 matter=request.auth.matter,

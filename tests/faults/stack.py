@@ -73,7 +73,6 @@ def running_fault_stack(
         "PATHFINDER_LLAMA_THREADS": "1",
         "PATHFINDER_JOB_LEASE_S": "4",
         "PATHFINDER_RECOVERY_INTERVAL_S": "2",
-        "PATHFINDER_REQUEUE_AFTER_S": "6",
         "PATHFINDER_TASK_TIME_LIMIT": "300",
         "PATHFINDER_VAR_DIR": str(workdir / "var"),
         "PATHFINDER_RATE_LIMIT": "100000/minute",

@@ -97,8 +97,8 @@ def sent_jobs(monkeypatch) -> list[str]:
     `sent_jobs.priorities`."""
     sent = SentJobs()
 
-    def send_task(name, args, priority):
-        assert name == "decoding.run_generation"
+    def send_task(name, args, priority, task_id):
+        assert name == "decoding.run_generation" and task_id == args[0]  # decoding.delivery
         sent.append(args[0])
         sent.priorities.append(priority)
 

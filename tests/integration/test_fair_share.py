@@ -74,17 +74,60 @@ def test_a_finished_wait_frees_its_place(owner, settings):
 
 def test_a_web_process_holds_at_most_its_wait_slots(settings):
     settings.PATHFINDER_WEB_MAX_WAITING = 2
-    first, second = waiting.WaitSlot(), waiting.WaitSlot()
+    first, second = waiting.WaitSlot("a"), waiting.WaitSlot("b")
     with pytest.raises(OverCapacity) as refused:
-        waiting.WaitSlot()
+        waiting.WaitSlot("c")
     assert refused.value.setting == "PATHFINDER_WEB_MAX_WAITING"
     first.release()
     first.release()  # twice is once: a slot is never given back twice
-    third = waiting.WaitSlot()
+    third = waiting.WaitSlot("c")
     with pytest.raises(OverCapacity):
-        waiting.WaitSlot()
+        waiting.WaitSlot("a")
     second.release()
     third.release()
+
+
+def take(matter, count: int) -> list:
+    """As many of `count` wait slots as the matter is given, in order, until the first refusal."""
+    held = []
+    for _ in range(count):
+        try:
+            held.append(waiting.WaitSlot(matter))
+        except OverCapacity:
+            break
+    return held
+
+
+def test_one_matter_cannot_hold_every_wait_slot_and_another_is_admitted_at_once(settings):
+    settings.PATHFINDER_WEB_MAX_WAITING = 12
+    flood = take("flooding", 40)
+    assert len(flood) == 9  # three quarters: a quarter stays for a matter holding none
+    other = take("other", 40)
+    assert len(other) == 3  # every free slot, below its share (half of nine)
+    assert take("third", 1) == []  # full, for now
+    # As the flood's waits end, its share is half of the nine, the other's grows to it.
+    for slot in flood[:5]:
+        slot.release()
+    assert take("flooding", 1) == []  # it holds four, its share of two matters
+    other += take("other", 40)
+    assert len(other) == 4
+    third = take("third", 1)
+    assert len(third) == 1  # a matter holding none finds a free slot
+    for slot in flood + other + third:
+        slot.release()
+    again = take("flooding", 40)
+    assert len(again) == 9  # nothing is left held
+    for slot in again:
+        slot.release()
+
+
+def test_a_lone_slot_goes_to_whichever_matter_asks_first(settings):
+    settings.PATHFINDER_WEB_MAX_WAITING = 1
+    (only,) = take("a", 2)
+    assert take("b", 1) == []
+    only.release()
+    (then,) = take("b", 1)
+    then.release()
 
 
 def test_a_matter_with_fewer_jobs_in_flight_is_sent_at_a_higher_priority(

@@ -4,8 +4,10 @@ the recovery sweep re-queues lost messages; periodic work runs under a lock."""
 
 import datetime as dt
 import json
+import secrets
 
 import pytest
+import redis
 from django.utils import timezone
 
 from audit.locks import lock_acquire, run_exclusively
@@ -13,11 +15,13 @@ from audit.models import LedgerEntry, Trail
 from audit.selectors import trail_decisions
 from audit.store import trail_append, trail_open, trail_seal
 from audit.verification import verify_trails
-from decoding import execution, runtime, services
+from decoding import delivery, execution, runtime, services
 from decoding.claims import job_request_payload
 from decoding.execution import LeaseHeld, job_run
 from decoding.models import GenerationJob, Replay
+from decoding.services import RUN_GENERATION
 from decoding.tasks import recovery_sweep
+from pathfinder_site import celery_app
 from tests.integration.records import plain_step
 
 
@@ -136,7 +140,9 @@ def test_an_attempt_that_lost_its_job_stops_and_writes_no_output(submitted, monk
     assert job.status == "running" and job.output_token_ids == []  # the new owner's to finish
 
 
-def test_the_sweep_requeues_lapsed_and_long_queued_jobs(submitted, settings, sent_jobs):
+def test_the_sweep_requeues_lapsed_and_long_queued_jobs(
+    submitted, settings, sent_jobs, private_queue
+):
     settings.PATHFINDER_REQUEUE_AFTER_S = 60
     queued_long_ago = submitted()
     GenerationJob.objects.filter(pk=queued_long_ago.pk).update(
@@ -150,6 +156,68 @@ def test_the_sweep_requeues_lapsed_and_long_queued_jobs(submitted, settings, sen
     assert services.jobs_recover() == 2
     assert sorted(sent) == sorted([str(queued_long_ago.pk), str(lapsed.pk)])
     assert services.jobs_recover() == 0  # re-queued just now: not again until the next period
+
+
+@pytest.fixture
+def private_queue(settings):
+    """A queue of this test's own on the test Redis, which the sweep looks into (the jobs'
+    messages are published to it as _send would, the sweep's own sends are counted by
+    sent_jobs); deleted afterwards."""
+    if not settings.CELERY_BROKER_URL.startswith("redis"):
+        pytest.fail("this test looks into a real Redis broker: set CELERY_BROKER_URL (make test)")
+    name = f"pathfinder-test-{secrets.token_hex(4)}"
+    settings.CELERY_TASK_DEFAULT_QUEUE = name
+    lists = [name] + [f"{name}:{step}" for step in range(1, 10)]
+
+    def publish(job: GenerationJob) -> None:
+        type(celery_app).send_task(  # the class's: sent_jobs replaces the instance's
+            celery_app, RUN_GENERATION, args=[str(job.pk)], task_id=str(job.pk),
+            queue=name, priority=3,
+        )  # fmt: skip
+
+    publish.forget = lambda: redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(*lists)
+    yield publish
+    publish.forget()
+
+
+def queued_minutes_ago(job: GenerationJob, minutes: float) -> None:
+    GenerationJob.objects.filter(pk=job.pk).update(
+        enqueued_at=timezone.now() - dt.timedelta(minutes=minutes)
+    )
+
+
+def test_a_job_waiting_its_turn_in_the_broker_is_never_sent_twice(
+    submitted, settings, sent_jobs, private_queue
+):
+    settings.PATHFINDER_REQUEUE_AFTER_S = 60
+    job = submitted()
+    sent_jobs.clear()
+    private_queue(job)
+    queued_minutes_ago(job, 30)  # a deep queue: long past PATHFINDER_REQUEUE_AFTER_S
+    assert services.jobs_recover() == 0 and sent_jobs == []
+    private_queue.forget()  # the broker restarted without persistence: the message is gone
+    assert services.jobs_recover() == 1 and sent_jobs == [str(job.pk)]
+
+
+def test_a_job_held_by_a_worker_is_sent_again_once_its_hold_lapses(
+    submitted, settings, sent_jobs, private_queue
+):
+    job = submitted()
+    sent_jobs.clear()
+    queued_minutes_ago(job, 1)
+    delivery.hold([str(job.pk)], "w1@host")  # received: out of the queue, in the worker
+    job.refresh_from_db()
+    received = job.received_at
+    assert job.held_by == "w1@host" and job.held_until > timezone.now()
+    delivery.hold([str(job.pk)], "w1@host")  # renewed: received once
+    job.refresh_from_db()
+    assert job.received_at == received
+    assert services.jobs_recover() == 0  # its worker holds it
+    GenerationJob.objects.filter(pk=job.pk).update(held_until=timezone.now())  # the worker died
+    assert services.jobs_recover() == 1 and sent_jobs == [str(job.pk)]
+    job.refresh_from_db()
+    assert (job.received_at, job.held_by, job.held_until) == (None, "", None)  # sent anew
+    assert services.jobs_recover() == 0  # just sent: its message may not be visible yet
 
 
 def test_periodic_work_runs_once_while_its_lock_is_held(db):

@@ -77,11 +77,22 @@ def postgres_stack(tmp_path_factory) -> Iterator[Stack]:
         stack.other_api_key = last_line(
             stack.manage("create_api_key", "--matter", "other-matter", "tests")
         )
+        # The production shape: gunicorn behind the buffering front, which alone takes clients.
+        web_port = free_port()
         stack.processes["gunicorn"] = start_process(
             "gunicorn",
             [
                 sys.executable, "-m", "gunicorn", "pathfinder_site.wsgi:application",
-                "--bind", f"127.0.0.1:{port}", "--workers", "2",
+                "--bind", f"127.0.0.1:{web_port}", "--workers", "2",
+            ],
+            {**env, "PATHFINDER_TRUSTED_PROXIES": "127.0.0.1"},
+            log_dir,
+        )  # fmt: skip
+        stack.processes["front"] = start_process(
+            "front",
+            [
+                sys.executable, "-m", "pathfinder_site.front", "--bind", f"127.0.0.1:{port}",
+                "--upstream", f"127.0.0.1:{web_port}",
             ],
             env,
             log_dir,

@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from contextlib import closing
 
@@ -17,6 +18,7 @@ import requests
 from .helpers import (
     REPO_ROOT,
     Stack,
+    auth,
     describe,
     free_port,
     last_line,
@@ -27,7 +29,7 @@ from .helpers import (
     wait_until_healthy,
 )
 
-pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
 UNSET = ("DATABASE_URL", "CELERY_BROKER_URL", "PATHFINDER_TASK_QUEUE", "PATHFINDER_QUEUE_DIR",
          "PATHFINDER_SECRET_KEY")  # fmt: skip
@@ -68,6 +70,17 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
     try:
         stack = Stack(base_url=f"http://127.0.0.1:{port}", api_key=api_key, env=env)
         wait_until_healthy(stack.base_url, [serve])
+        token = {"Authorization": f"Bearer {env['PATHFINDER_METRICS_TOKEN']}"}
+        # Ready once the worker has loaded its models, at its start, not at the first job.
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            ready = requests.get(stack.url("/readyz"), headers=token, timeout=30)
+            if ready.status_code == 200:
+                break
+            time.sleep(0.5)
+        assert ready.status_code == 200, f"{ready.text}\n{serve.tail()}"
+        models = ready.json()["checks"]["workers"]["models"]
+        assert list(models.values()) == [{"processes": 1, "loaded": 1}], models
 
         # What `make run` serves: the default model, SmolLM2-135M-Instruct in llama.cpp.
         body = {"prompt": "The three primary colours are", "max_tokens": 16, "temperature": 0}
@@ -77,6 +90,7 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
         assert job["status"] == "succeeded", f"{job}\n{serve.tail()}"
         assert job["model"] == "smollm2-135m-instruct"
         assert job["output_text"].strip(), job
+        assert job["timings"]["load_ms"] == 0, job["timings"]  # the first job finds them warm
 
         checked = manage(env, "verify_chain", "--all")
         assert checked.returncode == 0, describe(checked)
@@ -121,7 +135,6 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
         # readiness ping over the filesystem queue, and /metrics sees the worker's counters.
         # The ping has a second to come back over the filesystem transport, which a worker
         # still busy polling may miss: readiness is asked a few times, as a probe would.
-        token = {"Authorization": f"Bearer {env['PATHFINDER_METRICS_TOKEN']}"}
         for _ in range(10):
             ready = requests.get(stack.url("/readyz"), headers=token, timeout=30)
             if (
@@ -150,14 +163,39 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
                     db.execute(statement)
             assert db.execute("SELECT COUNT(*) FROM audit_decisionrecord").fetchone()[0] >= 1
 
+        # Ctrl-C of `make run` with a caller waiting: the terminal sends SIGINT to the whole
+        # foreground group. The caller gets a 503 at once and its job is cancelled, never re-run.
+        answer: dict = {}
+
+        def caller():
+            long = {"prompt": "Tell a long story about a lighthouse.", "max_tokens": 1024,
+                    "ignore_eos": True}  # fmt: skip
+            response = requests.post(stack.url("/v1/completions"), json=long,
+                                     headers=auth(api_key), timeout=60)  # fmt: skip
+            answer.update(status=response.status_code, body=response.json(),
+                          job=response.headers.get("X-Pathfinder-Job"))  # fmt: skip
+
+        waiting = threading.Thread(target=caller)
+        waiting.start()
+        time.sleep(4)  # its job decoding
         stopped_at = time.monotonic()
-        serve.popen.send_signal(signal.SIGTERM)
+        os.killpg(serve.popen.pid, signal.SIGINT)
         try:
-            code = serve.popen.wait(timeout=20)
+            code = serve.popen.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"serve did not exit within 20 s of SIGTERM\n{serve.tail()}")
-        assert code == 0, f"serve exited {code} after SIGTERM\n{serve.tail()}"
-        assert time.monotonic() - stopped_at < 20
+            pytest.fail(f"serve did not exit within 30 s of Ctrl-C\n{serve.tail()}")
+        waiting.join(timeout=10)
+        assert code == 0, f"serve exited {code} after Ctrl-C\n{serve.tail()}"
+        assert time.monotonic() - stopped_at < 30
+        assert answer["status"] == 503, answer
+        assert answer["body"]["error"]["code"] == "service_stopping", answer
+        with closing(sqlite3.connect(var_dir / "pathfinder.sqlite3", timeout=30)) as db:
+            status, attempts = db.execute(
+                "SELECT status, attempts FROM decoding_generationjob WHERE id = ?",
+                [answer["job"].replace("-", "")],
+            ).fetchone()
+        assert (status, attempts) == ("cancelled", 1), (status, attempts, serve.tail())
+        assert "Perhaps out of memory" not in serve.log(), serve.tail()
     finally:
         serve.stop()
 

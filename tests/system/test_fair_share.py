@@ -13,7 +13,16 @@ import psycopg
 import pytest
 import requests
 
-from .helpers import Stack, auth, free_port, start_process, submit, wait_for, wait_until_healthy
+from .helpers import (
+    Stack,
+    auth,
+    free_port,
+    last_line,
+    start_process,
+    submit,
+    wait_for,
+    wait_until_healthy,
+)
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
 
@@ -103,6 +112,54 @@ def test_one_key_flooding_v1_cannot_starve_anyone_else(postgres_stack):
         time.sleep(0.5)
     assert 1 <= len(jobs) <= 4, jobs
     assert all(status == "cancelled" and tokens < 1024 for status, tokens in jobs), jobs
+
+
+def test_many_keys_of_one_matter_cannot_take_every_wait_slot_from_another(postgres_stack):
+    """Seven keys of one matter, four waiting calls each: more than both web processes' wait
+    slots together (2 x PATHFINDER_WEB_MAX_WAITING = 24). Another matter's calls still find
+    slots, and answer, while the flood holds its share."""
+    stack = postgres_stack
+    warm_workers(stack)
+    keys = [stack.api_key] + [
+        last_line(stack.manage("create_api_key", "--matter", "system-tests", f"flood-{n}"))
+        for n in range(6)
+    ]
+    flood_codes: list = []
+
+    def flooder(key):
+        try:
+            response = requests.post(stack.url("/v1/completions"), json=LONG,
+                                     headers=auth(key), timeout=(5, 20))  # fmt: skip
+            flood_codes.append(response.status_code)
+        except requests.exceptions.ReadTimeout:
+            flood_codes.append("waited")
+
+    flood = [threading.Thread(target=flooder, args=(key,)) for key in keys for _ in range(4)]
+    for thread in flood:
+        thread.start()
+    time.sleep(6)  # the flood's admitted calls hold their waits; its others were refused
+    others: list = []
+
+    def other_call():
+        response, seconds = timed(
+            lambda: requests.post(
+                stack.url("/v1/completions"),
+                json={"model": "stub", "prompt": [1, 2, 3], "max_tokens": 8},
+                headers=auth(stack.other_api_key),
+                timeout=60,
+            )
+        )
+        others.append((response.status_code, seconds, response.text[:200]))
+
+    callers = [threading.Thread(target=other_call) for _ in range(4)]
+    for thread in callers:
+        thread.start()
+    for thread in callers + flood:
+        thread.join()
+    assert len(others) == 4 and all(code == 200 for code, _, _ in others), others
+    assert max(seconds for _, seconds, _ in others) < 40, others
+    # The flood held its share and no more: some of its 28 calls were refused by the web cap.
+    assert flood_codes.count("waited") <= 18 and 429 in flood_codes, flood_codes
 
 
 def test_another_matters_job_takes_the_next_free_slot_ahead_of_a_backlog(postgres_stack):

@@ -90,6 +90,13 @@ def test_a_job_submitted_over_http_completes_on_a_real_worker_and_verifies(postg
     ]
     emitted = [token for decision in decisions for token in decision["emitted"]]
     assert emitted == output
+    # The worker marked the message it received (decoding.delivery) before it ran the job.
+    with psycopg.connect(stack.database_url) as db:
+        held_by, received, enqueued = db.execute(
+            "SELECT held_by, received_at, enqueued_at FROM decoding_generationjob WHERE id = %s",
+            [job_id],
+        ).fetchone()
+    assert held_by in stack.worker_names and enqueued <= received, (held_by, received, enqueued)
 
     checked = stack.manage("verify_chain", "--job", job_id)
     assert checked.returncode == 0, describe(checked)

@@ -176,6 +176,7 @@ class LlamaCppProvider(Provider):
         n_ctx: int = 4096,
         n_batch: int = 512,
         prompt_cache_bytes: int = 0,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self._llama = llama_cpp.Llama(
             model_path=os.fspath(model_path),
@@ -204,7 +205,7 @@ class LlamaCppProvider(Provider):
             runtime="llama.cpp",
             runtime_version=runtime_version(),
             source_sha256=source_sha256(model_path),
-            **component_hashes(model_path),
+            **component_hashes(model_path, cache_dir=cache_dir),
         )
 
     @property

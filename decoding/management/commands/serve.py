@@ -1,13 +1,16 @@
-"""Serve the API and run one Celery worker (with beat inside it) from a single command.
+"""Serve the API (the buffering front, gunicorn behind it) and run one Celery worker (with beat
+inside it) from a single command.
 
 Production runs gunicorn, `celery worker` and one `celery beat` as separate services; this is the
 one-command way to bring everything up on one machine (the embedded default).
 """
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 
@@ -26,37 +29,75 @@ class Command(BaseCommand):
         python = sys.executable
         env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(_fresh_metrics_dir())}
         beat_schedule = settings.VAR_DIR / "celerybeat-schedule"
+        # Each in a session of its own: a terminal's Ctrl-C (SIGINT to its foreground process
+        # group) reaches this command alone, which stops the others as SIGTERM does, in order,
+        # instead of interrupting gunicorn's workers and the decoding process mid-request.
         worker = subprocess.Popen(
             # The worker decodes PATHFINDER_WORKER_SEQUENCES jobs at once, as in production.
             [python, "-m", "celery", "-A", "pathfinder_site", "worker", "--beat", "--schedule",
              str(beat_schedule)],
             env=env,
+            start_new_session=True,
+            preexec_fn=_stop_with_parent,
         )  # fmt: skip
+        # gunicorn on a private loopback port behind the buffering front (pathfinder_site.front),
+        # which alone listens on --bind: a slow client holds a coroutine there, not a thread.
+        upstream = f"127.0.0.1:{_free_port()}"
+        trusted = ",".join(filter(None, [env.get("PATHFINDER_TRUSTED_PROXIES", ""), "127.0.0.1"]))
         web = subprocess.Popen(
-            [python, "-m", "gunicorn", "pathfinder_site.wsgi:application", "--bind",
-             options["bind"], "--workers", str(options["web_workers"]), "--access-logfile", "-",
+            [python, "-m", "gunicorn", "pathfinder_site.wsgi:application", "--bind", upstream,
+             "--workers", str(options["web_workers"]), "--access-logfile", "-",
              "--config", str(settings.BASE_DIR / "gunicorn.conf.py")],
+            env={**env, "PATHFINDER_TRUSTED_PROXIES": trusted},
+            start_new_session=True,
+            preexec_fn=_stop_with_parent,
+        )  # fmt: skip
+        front = subprocess.Popen(
+            [python, "-m", "pathfinder_site.front", "--bind", options["bind"], "--upstream",
+             upstream],
             env=env,
+            start_new_session=True,
+            preexec_fn=_stop_with_parent,
         )  # fmt: skip
         self.stdout.write(
             f"Serving on http://{options['bind']}/ with one Celery worker (and beat)."
         )
 
         def stop(signum, frame):
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut cleanup
+            # A second signal must not cut the cleanup short.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             raise KeyboardInterrupt
 
         signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
         try:
-            while web.poll() is None and worker.poll() is None:
+            while all(process.poll() is None for process in (front, web, worker)):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     web.wait(timeout=1)
         except KeyboardInterrupt:
             pass
         finally:
-            _stop_all(web, worker)
-        if web.returncode > 0 or worker.returncode > 0:
+            _stop_all(front, web, worker)
+        if any(process.returncode > 0 for process in (front, web, worker)):
             sys.exit(1)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _stop_with_parent() -> None:
+    """In the child, before it runs: SIGTERM when this command dies, however it dies (Linux;
+    elsewhere a killed command leaves them to be stopped by hand)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+PR_SET_PDEATHSIG = 1
 
 
 def _fresh_metrics_dir():

@@ -2,12 +2,13 @@
 a record names what changed when only one of them did (GGUF metadata and Hugging Face files)."""
 
 import hashlib
+import os
 
 import numpy as np
 import pytest
 from gguf import GGUFWriter
 
-from decoding.engine.weights import component_hashes, text_sha256
+from decoding.engine.weights import component_hashes, text_sha256, weights_sha256
 
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
@@ -70,3 +71,21 @@ def test_a_hugging_face_directory_hashes_its_tokenizer_and_config_files(tmp_path
 @pytest.mark.parametrize("missing", ["nowhere.gguf", "nothing"])
 def test_a_path_with_no_model_files_has_empty_hashes(tmp_path, missing):
     assert set(component_hashes(tmp_path / missing).values()) == {""}
+
+
+def test_a_ggufs_parts_are_kept_under_its_sha256_so_a_rewritten_file_is_read_again(tmp_path):
+    cache = tmp_path / "cache"
+    path = write_gguf(tmp_path / "model.gguf")
+    first = component_hashes(path, cache_dir=cache)
+    assert first == component_hashes(path)  # the same hashes as reading the file
+    (entry,) = (cache / "components").iterdir()
+    assert entry.name == f"{weights_sha256(path)}.json"
+    assert component_hashes(path, cache_dir=cache) == first  # from the entry
+    # The same path rewritten with another template: another SHA-256, so another entry.
+    os.utime(write_gguf(path, template="{{ y }}"), ns=(0, 0))
+    rewritten = component_hashes(path, cache_dir=cache)
+    assert rewritten["chat_template_sha256"] == hashlib.sha256(b"{{ y }}").hexdigest()
+    assert len(list((cache / "components").iterdir())) == 2
+    # A damaged entry is read past, not believed.
+    (cache / "components" / f"{weights_sha256(path)}.json").write_text("{not json")
+    assert component_hashes(path, cache_dir=cache) == rewritten

@@ -1,0 +1,151 @@
+"""Where a queued job's message is: waiting in the broker, held by a worker, or lost.
+
+A job is sent with its id as the task id. A worker marks the jobs whose messages it holds
+(received, reserved or decoding) with its name and a short hold, renewed while it holds them.
+The recovery sweep sends again a queued job (or a running one whose lease lapsed) that no worker
+holds and whose message the broker no longer has (its worker died holding it; the broker
+restarted without persistence), within a minute, and never a job whose message still waits its
+turn in the queue, however long.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.db.models import Q
+from django.utils import timezone
+
+from decoding.models import GenerationJob
+
+logger = logging.getLogger(__name__)
+
+# A worker's mark lasts this long; it renews its marks four times as often.
+HOLD_S = 20
+# A message just sent may not be in the broker's queue yet when the sweep looks.
+SENT_GRACE_S = 10
+
+
+def dispatched(job_id) -> None:
+    """The job's message is about to be sent: no worker holds it yet."""
+    GenerationJob.objects.filter(pk=job_id).update(
+        enqueued_at=timezone.now(), received_at=None, held_by="", held_until=None
+    )
+
+
+def hold(job_ids: Iterable[str], worker: str) -> None:
+    """Mark these jobs' messages as held by `worker` for HOLD_S more seconds (the first mark
+    after a dispatch records when the message was received)."""
+    ids = list(job_ids)
+    if not ids:
+        return
+    now = timezone.now()
+    jobs = GenerationJob.objects.filter(pk__in=ids).exclude(status__in=GenerationJob.FINISHED)
+    jobs.filter(received_at=None).update(received_at=now)
+    jobs.update(held_by=worker[:200], held_until=now + dt.timedelta(seconds=HOLD_S))
+
+
+def lost(now: dt.datetime) -> list[GenerationJob]:
+    """Jobs whose message is gone: queued, or running with a lapsed lease (its worker died), sent
+    a while ago, held by no worker now, and not in the broker's queue. Where the broker cannot
+    be looked into, those sent PATHFINDER_REQUEUE_AFTER_S ago instead."""
+    waits = Q(status=GenerationJob.Status.QUEUED) | Q(
+        status=GenerationJob.Status.RUNNING, lease_expires_at__lt=now
+    )
+    unheld = GenerationJob.objects.filter(waits).exclude(held_until__gt=now)
+    grace = now - dt.timedelta(seconds=SENT_GRACE_S)
+    sent_a_while_ago = unheld.filter(Q(enqueued_at__lt=grace) | Q(enqueued_at=None))
+    candidates = {str(pk) for pk in sent_a_while_ago.values_list("pk", flat=True)[:1000]}
+    if not candidates:
+        return []
+    waiting = in_broker()
+    if waiting is None:
+        stale = now - dt.timedelta(seconds=settings.PATHFINDER_REQUEUE_AFTER_S)
+        return list(
+            unheld.filter(Q(enqueued_at__lt=stale) | Q(enqueued_at=None), pk__in=candidates)
+        )
+    # Read the marks again after the broker: a worker takes a message, then marks it.
+    return list(unheld.filter(pk__in=candidates - waiting))
+
+
+def in_broker() -> set[str] | None:
+    """Task ids of the messages waiting in this deployment's queue; None where the transport
+    (neither Redis nor kombu's filesystem) cannot be looked into, or did not answer."""
+    url = settings.CELERY_BROKER_URL
+    try:
+        if url.startswith("redis"):
+            return _in_redis()
+        if url.startswith("filesystem"):
+            return _in_folder(Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]))
+    except Exception as exc:  # the broker is down: the sweep cannot send either
+        logger.warning("could not look into the broker's queue", extra={"error": str(exc)})
+    return None
+
+
+def _in_redis() -> set[str]:
+    # kombu keeps one list per priority step: the queue's name, then name:1 ... name:9.
+    from pathfinder_site.celery import app
+
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    names = [queue] + [f"{queue}{options['sep']}{step}" for step in options["priority_steps"][1:]]
+    with app.connection_for_read() as connection:
+        client = connection.default_channel.client
+        pipe = client.pipeline()
+        for name in names:
+            pipe.lrange(name, 0, -1)
+        return {_task_id(raw) for items in pipe.execute() for raw in items}
+
+
+def _in_folder(folder: Path) -> set[str]:
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    ids = set()
+    for path in folder.glob(f"*.{queue}.msg"):
+        try:
+            ids.add(_task_id(path.read_bytes()))
+        except FileNotFoundError:
+            continue  # a worker took it meanwhile
+    return ids
+
+
+def _task_id(raw: bytes) -> str:
+    return json.loads(raw)["headers"]["id"]
+
+
+class Holder:
+    """A worker's renewal of its marks: every HOLD_S / 4 seconds, on a thread of the worker's
+    main process, the jobs of every message it has received and not yet acknowledged."""
+
+    def __init__(self, worker: str):
+        self.worker = worker
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pathfinder-holder", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(HOLD_S / 4):
+            try:
+                hold(_held_job_ids(), self.worker)
+            except Exception as exc:  # the database is away: marks lapse, the sweep resends
+                logger.warning("could not renew held jobs", extra={"error": str(exc)})
+                close_old_connections()
+
+
+def _held_job_ids() -> set[str]:
+    from celery.worker import state
+
+    from decoding.services import RUN_GENERATION
+
+    requests = list(state.reserved_requests) + list(state.active_requests)
+    return {request.id for request in requests if request.name == RUN_GENERATION}
