@@ -353,6 +353,7 @@ class EmittedToken:
     q: str | None  # the draft's, for an accepted draft token
     text: str | None  # its text piece, when the record has one
     top: list[dict] | None  # the record's target_top entry for its position, if any
+    logprob: str | None  # the target's own log-probability of it, when the record has one
 
 
 def emitted_from(payload: dict) -> list[EmittedToken]:
@@ -363,6 +364,7 @@ def emitted_from(payload: dict) -> list[EmittedToken]:
     correction = payload.get("correction") or {}
     texts = payload.get("emitted_text") or []
     tops = payload.get("target_top") or []
+    logprobs = payload.get("logprobs") or []
     tokens = []
     for i, token in enumerate(payload.get("emitted") or []):
         if i < accepted and i < len(drafted):
@@ -372,5 +374,7 @@ def emitted_from(payload: dict) -> list[EmittedToken]:
             source = CORRECTION if kind in ("residual", "argmax") else BONUS if drafted else TARGET
             p, q = correction.get("p"), None
         text = texts[i] if i < len(texts) else None
-        tokens.append(EmittedToken(token, source, p, q, text, tops[i] if i < len(tops) else None))
+        top = tops[i] if i < len(tops) else None
+        logprob = logprobs[i] if i < len(logprobs) else None
+        tokens.append(EmittedToken(token, source, p, q, text, top, logprob))
     return tokens

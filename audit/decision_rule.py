@@ -17,6 +17,7 @@ doc, on purpose: a verifier that imported the engine's own functions would share
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -62,6 +63,14 @@ def _number(value: object, name: str, *, low: float = 0.0, high: float = math.in
     if not low <= x <= high:
         raise _Bad(f"{name} {value!r} is outside [{low}, {high}]")
     return x
+
+
+def _finite(value: object) -> float | None:
+    try:
+        x = float(value) if isinstance(value, str) else math.nan
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
 
 
 def _token(value: object, name: str) -> int:
@@ -166,6 +175,7 @@ class DecisionRule:
         emitted = expected  # what follows is judged against what the rule emits
         self._check_stop(d["stop"], emitted, eos, max_tokens, fail)
         self._check_source(d, tokens, fail)
+        self._check_logprobs(d, emitted, fail)
         if rejected and rule == GREEDY and correction == tokens[n]:
             fail.append(f"drafted[{n}] was rejected, yet the argmax that replaced it is the same")
         self.emitted.extend(emitted)
@@ -233,6 +243,24 @@ class DecisionRule:
         asked = (self.request or {}).get("params")
         if stop == "stop" and isinstance(asked, dict) and not asked.get("stop"):
             fail.append("stop 'stop', but the request has no stop strings")
+
+    @staticmethod
+    def _check_logprobs(d, emitted, fail) -> None:
+        """The target's own log-probability of each emitted token: one per token, each a number
+        as the format writes them, at most 0. (Its value needs the model: a replay checks it.)"""
+        if "logprobs" not in d:  # records written before the field existed
+            return
+        values = d["logprobs"]
+        if not isinstance(values, list) or len(values) != len(emitted):
+            fail.append(f"logprobs must hold one entry per emitted token ({len(emitted)})")
+            return
+        for i, value in enumerate(values):
+            x = _finite(value)
+            if x is None or number_text(x) != value:
+                shown = json.dumps(value)
+                fail.append(f"logprobs[{i}] {shown} is not written as the format writes numbers")
+            elif x > 0:
+                fail.append(f"logprobs[{i}] {value} is above 0")
 
     def _check_source(self, d, tokens, fail) -> None:
         if "draft_source" not in d:  # records written before the field existed

@@ -17,11 +17,13 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+from celery import current_app
 from django.conf import settings
 from django.db import close_old_connections
 from django.db.models import Q
 from django.utils import timezone
 
+from decoding import admission
 from decoding.models import GenerationJob
 
 logger = logging.getLogger(__name__)
@@ -32,10 +34,21 @@ HOLD_S = 20
 SENT_GRACE_S = 10
 
 
-def dispatched(job_id) -> None:
-    """The job's message is about to be sent: no worker holds it yet."""
-    GenerationJob.objects.filter(pk=job_id).update(
+RUN_GENERATION = "decoding.run_generation"  # the task decoding.tasks.run_generation
+
+
+def send(job: GenerationJob) -> None:
+    """Hand the job to the queue, marked as sent and held by no worker yet: by task name (the
+    task module imports this one), its id the task's, placed by its matter's share
+    (admission.queue_priority)."""
+    GenerationJob.objects.filter(pk=job.pk).update(
         enqueued_at=timezone.now(), received_at=None, held_by="", held_until=None
+    )
+    current_app.send_task(
+        RUN_GENERATION,
+        args=[str(job.pk)],
+        task_id=str(job.pk),
+        priority=admission.queue_priority(job),
     )
 
 
@@ -90,12 +103,10 @@ def in_broker() -> set[str] | None:
 
 def _in_redis() -> set[str]:
     # kombu keeps one list per priority step: the queue's name, then name:1 ... name:9.
-    from pathfinder_site.celery import app
-
     queue = settings.CELERY_TASK_DEFAULT_QUEUE
     options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
     names = [queue] + [f"{queue}{options['sep']}{step}" for step in options["priority_steps"][1:]]
-    with app.connection_for_read() as connection:
+    with current_app.connection_for_read() as connection:
         client = connection.default_channel.client
         pipe = client.pipeline()
         for name in names:
@@ -144,8 +155,6 @@ class Holder:
 
 def _held_job_ids() -> set[str]:
     from celery.worker import state
-
-    from decoding.services import RUN_GENERATION
 
     requests = list(state.reserved_requests) + list(state.active_requests)
     return {request.id for request in requests if request.name == RUN_GENERATION}

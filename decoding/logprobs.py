@@ -1,10 +1,11 @@
 """Log-probabilities for the OpenAI API, read from the decision records the trail holds.
 
-What an application reads as the model's confidence is exactly what a reviewer can verify: each
-emitted token's logprob is the natural log of the target probability its record states (after
-the request's temperature, top-k and top-p; for greedy decoding the plain softmax), and the
-alternatives are the record's `target_top` (kept only for jobs that asked, up to the spec's
-top_logprobs). Nothing is recomputed from the model.
+What an application reads as the model's confidence is exactly what a reviewer can read in the
+trail: each emitted token's logprob is the record's `logprobs` entry, the target's own
+log-softmax at that position (before the request's temperature, top-k and top-p, as the OpenAI
+API reports it, whatever the sampling), and the alternatives are the record's `target_top` (the
+target's most probable tokens by the same distribution, kept only for jobs that asked, up to the
+spec's top_logprobs). Nothing is recomputed from the model.
 """
 
 from __future__ import annotations
@@ -39,6 +40,13 @@ def _log(p: str | None) -> float:
     return math.log(value) if value > 0 else LOG_ZERO
 
 
+def _logprob(alternative: dict) -> float:
+    # Records kept the sampled distribution's p before they kept the model's own logprob.
+    if "logprob" in alternative:
+        return float(alternative["logprob"])
+    return _log(alternative.get("p"))
+
+
 def _spelled(tokenizer: Tokenizer | None, token: int, text: str | None) -> tuple[str, bytes]:
     if tokenizer is None:
         return (text or "", (text or "").encode("utf-8"))
@@ -58,10 +66,13 @@ def token_logprobs(
         for emitted in emitted_from(payload):
             text, raw = _spelled(tokenizer, emitted.token, emitted.text)
             alternatives = tuple(
-                Alternative(alt["token"], *_spelled(tokenizer, alt["token"], None), _log(alt["p"]))
+                Alternative(alt["token"], *_spelled(tokenizer, alt["token"], None), _logprob(alt))
                 for alt in (emitted.top or [])[:top]
             )
-            chosen = Alternative(emitted.token, text, raw, _log(emitted.p))
+            # The model's own log-probability, as OpenAI reports it; a record written before
+            # records kept it has only the sampled distribution's p.
+            logprob = float(emitted.logprob) if emitted.logprob is not None else _log(emitted.p)
+            chosen = Alternative(emitted.token, text, raw, logprob)
             entries.append(TokenLogprob(chosen, alternatives))
     return entries
 

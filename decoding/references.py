@@ -5,7 +5,7 @@ repeats an earlier answer; the prompt-lookup drafter finds those runs here as we
 job's own context. Only a job's own matter is ever searched: one matter's text never appears
 in another's drafts (nor, so, in its records). Bounded by PATHFINDER_DRAFT_REFERENCE_TOKENS per
 worker process, least recently used jobs out first; a worker that restarts starts empty, and
-each worker remembers only the jobs it ran (README, "Several workers").
+each worker remembers only the jobs it ran (docs/models.md, "Prompt cache and several workers").
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import time
 import uuid
 
 import numpy as np
+from celery import current_app as celery_app
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -35,7 +36,6 @@ from decoding.engine import (
 from decoding.execution import request_for
 from decoding.models import GenerationJob, Replay
 from decoding.text import StopStrings
-from pathfinder_site import celery_app
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ RENEW_EVERY_S = 2.0
 # trail replays under v2 code.
 VOLATILE_FIELDS = frozenset({"timings_us", "v", "kind"})
 # Fields records gained later: a recording without one cannot differ in it.
-ADDED_FIELDS = frozenset({"draft_source"})
+ADDED_FIELDS = frozenset({"draft_source", "logprobs"})
 # Causes before effects: a changed model identity is named before the decisions it changed.
 FIELD_ORDER = (
     "request_id", "step", "rule", "draft", "target", "params", "context_length",
@@ -281,6 +281,8 @@ def differing_fields(recorded: dict, replayed: dict) -> list[str]:
     )
     replayed = {**replayed, **{key: _as_recorded(recorded, replayed, key) for key in IDENTITIES}}
     keys = [key for key in keys if key in recorded or key not in ADDED_FIELDS]
+    if _warped_top(recorded):  # ranked by another distribution than a replay ranks them now
+        keys = [key for key in keys if key != "target_top"]
     return [
         key
         for key in keys
@@ -289,6 +291,13 @@ def differing_fields(recorded: dict, replayed: dict) -> list[str]:
 
 
 IDENTITIES = ("draft", "target")
+
+
+def _warped_top(recorded: dict) -> bool:
+    """Whether a recording's alternatives are the warped distribution's ({"token", "p"}), as
+    records held them before they held the model's own logprobs (docs/adr/0019)."""
+    tops = recorded.get("target_top") or []
+    return any("p" in alt for position in tops for alt in position)
 
 
 def _as_recorded(recorded: dict, replayed: dict, key: str):

@@ -18,11 +18,8 @@ from decoding import admission, delivery, events, lifecycle
 from decoding.job_input import job_input
 from decoding.models import ApiKey, GenerationJob, Matter
 from decoding.selectors import matter_trail_ids
-from pathfinder_site import celery_app
 
 logger = logging.getLogger(__name__)
-
-RUN_GENERATION = "decoding.run_generation"  # the task decoding.tasks.run_generation
 
 
 class QueueUnavailable(Exception):
@@ -133,23 +130,11 @@ def job_submit(
 def _enqueue(job: GenerationJob) -> None:
     job_id = job.id
     try:
-        delivery.dispatched(job_id)
-        _send(job)
+        delivery.send(job)
     except Exception as exc:
         logger.error("could not queue job", extra={"job_id": str(job_id), "error": str(exc)})
         lifecycle.queue_failed(job_id)
         raise QueueUnavailable(str(exc)) from exc
-
-
-def _send(job: GenerationJob) -> None:
-    """Hand the job to the queue (by task name: the task module imports this one), placed by
-    its matter's share (admission.queue_priority), its id the task's (decoding.delivery)."""
-    celery_app.send_task(
-        RUN_GENERATION,
-        args=[str(job.id)],
-        task_id=str(job.id),
-        priority=admission.queue_priority(job),
-    )
 
 
 def jobs_recover() -> int:
@@ -158,9 +143,8 @@ def jobs_recover() -> int:
     died). A duplicate message is harmless: running is idempotent."""
     requeued = 0
     for job in delivery.lost(timezone.now()):
-        delivery.dispatched(job.pk)
         try:
-            _send(job)
+            delivery.send(job)
         except Exception as exc:
             logger.error("could not re-queue job", extra={"job_id": str(job.pk), "error": str(exc)})
             break  # the broker is down; the next sweep tries again

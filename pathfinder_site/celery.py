@@ -101,7 +101,7 @@ def mark_received(sender, request, **_) -> None:
     """The job's message is this worker's now (decoding.delivery): marked before it waits for
     a slot, so the recovery sweep does not send it again."""
     from decoding import delivery
-    from decoding.services import RUN_GENERATION
+    from decoding.delivery import RUN_GENERATION
 
     if request.name == RUN_GENERATION:
         try:

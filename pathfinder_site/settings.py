@@ -1,5 +1,5 @@
 """Pathfinder settings. Every value comes from an environment variable with a documented default
-(README, "Settings"). Unset, they give the embedded default: SQLite and a server-less queue."""
+(docs/settings.md). Unset, they give the embedded default: SQLite and a server-less queue."""
 
 import os
 from pathlib import Path
@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "audit",
     "decoding",
     "reviewers",
+    "pathfinder_site",
 ]
 
 MIDDLEWARE = [
@@ -169,7 +170,7 @@ PATHFINDER_DEFAULT_DRAFT_LENGTH = env_int("PATHFINDER_DEFAULT_DRAFT_LENGTH", 4, 
 # --- Models -------------------------------------------------------------------------------------
 # The ModelSpec a request gets when it names none (specs are managed in the admin).
 PATHFINDER_DEFAULT_MODEL = env_str("PATHFINDER_DEFAULT_MODEL", "smollm2-135m-instruct")
-# llama.cpp threads spin while they wait: keep threads x busy processes <= cores (see README).
+# llama.cpp threads spin while they wait: threads x busy processes <= cores (docs/operations.md).
 PATHFINDER_LLAMA_THREADS = env_int("PATHFINDER_LLAMA_THREADS", 2, minimum=1)
 PATHFINDER_MODEL_CACHE_DIR = Path(
     env_str("PATHFINDER_MODEL_CACHE_DIR", str(VAR_DIR / "model-cache"))

@@ -5,13 +5,28 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from collections import defaultdict
 from dataclasses import dataclass
 
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+import orjson
+from django.db.models import (
+    Case,
+    CharField,
+    DateTimeField,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.shortcuts import get_object_or_404
 
-from audit.models import Trail
+from audit import binding
+from audit.models import DecisionRecord, Trail, VerificationRun
 from audit.selectors import trail_decision, trail_decisions
+from decoding.claims import job_claim
 from decoding.models import GenerationJob, Matter, Replay
 from decoding.selectors import job_decisions, start_of_day
 
@@ -71,6 +86,77 @@ def _latest_verification(field: str) -> Subquery:
     return Subquery(latest.values(field)[:1])
 
 
+def with_verification(jobs: QuerySet[GenerationJob]) -> QuerySet[GenerationJob]:
+    """Each job's `verification_state` ("never", "verified" or "broken"), `verification_at` and
+    `verification_by` ("reviewer" or "verify_chain"): the more recent of a reviewer's Verify of
+    its trail and the last whole-store verification (`verify_chain --all`, beat's verify_all),
+    which speaks for every trail made before it started: broken where its failures name the
+    trail (or name none, when it found the store itself broken), else verified."""
+    jobs = jobs.annotate(
+        verified_ok=_latest_verification("ok"), verified_at=_latest_verification("at")
+    )
+    run = VerificationRun.objects.filter(scope="all").order_by("-id").first()
+    reviewer = Q(verified_ok__isnull=False)
+    if run is None:
+        covered = Q(pk__in=[])
+    else:
+        made = Trail.objects.filter(pk=OuterRef("trail_id")).values("created_at")[:1]
+        jobs = jobs.annotate(trail_made=Subquery(made))
+        covered = Q(trail_made__lt=run.started_at)
+        reviewer &= Q(verified_at__gt=run.finished_at) | Q(trail_made__gte=run.started_at)
+    named = [f["trail"] for f in (run.failures if run else []) if f.get("trail")]
+    store_broken = run is not None and not run.ok and not named
+    by_store = Value("broken") if store_broken else Value("verified")
+    return jobs.annotate(
+        verification_state=Case(
+            When(reviewer & Q(verified_ok=True), then=Value("verified")),
+            When(reviewer, then=Value("broken")),
+            When(covered & Q(trail_id__in=named), then=Value("broken")),
+            When(covered, then=by_store),
+            default=Value("never"),
+            output_field=CharField(),
+        ),
+        verification_at=Case(
+            When(reviewer, then=F("verified_at")),
+            When(covered, then=Value(run.finished_at if run else None)),
+            default=None,
+            output_field=DateTimeField(),
+        ),
+        verification_by=Case(
+            When(reviewer, then=Value("reviewer")),
+            When(covered, then=Value("verify_chain")),
+            default=Value(""),
+            output_field=CharField(),
+        ),
+    )
+
+
+def _mark_unbound(rows: list[GenerationJob]) -> None:
+    """Set each row's `unbound`: whether its question or answer no longer matches what its
+    trail's request and answer records bind. The application's database role can rewrite a job
+    row, never its trail, so a rewritten answer is marked in the list before anyone presses
+    Verify. Two records per row, which an index of the non-decision records holds."""
+    trails = Trail.objects.in_bulk([row.trail_id for row in rows if row.trail_id])
+    records = defaultdict(list)
+    bound = (
+        DecisionRecord.objects.filter(trail_id__in=list(trails))
+        .exclude(kind=DecisionRecord.Kind.DECISION)
+        .order_by("seq")
+        .values_list("trail_id", "seq", "payload")
+    )
+    for trail_id, seq, payload in bound:
+        records[trail_id].append((seq, payload))
+    for row in rows:
+        trail = trails.get(row.trail_id)
+        row.unbound = False
+        if trail is None or trail.format_version < 2:
+            continue  # no trail yet, or one from before rows were bound to their trails
+        contents = binding.Contents(trail_id=str(trail.pk), format_version=trail.format_version)
+        for seq, payload in records[trail.pk]:
+            contents.observe(seq, orjson.loads(payload))
+        row.unbound = bool(binding.claim_failures(job_claim(row), contents, trail.salt))
+
+
 def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None = None) -> Page:
     """One page of the reviewer's jobs, newest first. No COUNT: page_size + 1 rows are fetched
     to learn whether a next page exists."""
@@ -79,7 +165,7 @@ def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None 
     if filters.verification:
         # Filtering by the latest verdict needs it for every candidate row; otherwise it is
         # read for the page's rows only, after the page is cut.
-        jobs = jobs.annotate(verified_ok=_latest_verification("ok"))
+        jobs = with_verification(jobs).filter(verification_state=filters.verification)
     if filters.matter is not None:
         jobs = jobs.filter(matter=filters.matter)
     if filters.since is not None:
@@ -90,12 +176,6 @@ def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None 
         jobs = jobs.filter(model_spec__name=filters.model)
     if filters.status:
         jobs = jobs.filter(status=filters.status)
-    if filters.verification == "never":
-        jobs = jobs.filter(verified_ok__isnull=True)
-    elif filters.verification == "verified":
-        jobs = jobs.filter(verified_ok=True)
-    elif filters.verification == "broken":
-        jobs = jobs.filter(verified_ok=False)
     if filters.q:
         jobs = job_search(jobs, filters.q)
     offset = (page - 1) * page_size
@@ -105,11 +185,11 @@ def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None 
         ]
     )
     rows = list(
-        GenerationJob.objects.filter(id__in=ids[:page_size])
+        with_verification(GenerationJob.objects.filter(id__in=ids[:page_size]))
         .select_related("matter", "model_spec")
-        .annotate(verified_ok=_latest_verification("ok"), verified_at=_latest_verification("at"))
         .order_by("-created_at", "-id")
     )
+    _mark_unbound(rows)
     return Page(rows=rows, number=page, has_next=len(ids) > page_size)
 
 
@@ -139,6 +219,19 @@ def trail_step(*, job: GenerationJob, step: int) -> Step | None:
 def output_tokens(payloads: list[dict]) -> list[dict]:
     """The full output, token by token, each naming the step that emitted it."""
     return [token for payload in payloads for token in emitted_tokens(payload)]
+
+
+def verification_of_store(*, job: GenerationJob) -> dict | None:
+    """What the last whole-store verification said of the job's trail, when that is newer than
+    any reviewer's Verify of it (with_verification): {"state", "at"}; else None."""
+    found = (
+        with_verification(GenerationJob.objects.filter(pk=job.pk))
+        .values("verification_state", "verification_at", "verification_by")
+        .first()
+    )
+    if found is None or found["verification_by"] != "verify_chain":
+        return None
+    return {"state": found["verification_state"], "at": found["verification_at"]}
 
 
 def verification_latest(*, job: GenerationJob) -> TrailVerification | None:

@@ -96,6 +96,7 @@ def job_walk(request, job_id: uuid.UUID):
         "per_step": charts.accepted_per_step(payloads),
         "by_position": charts.acceptance_by_position(payloads),
         "verification": selectors.verification_latest(job=job),
+        "store_verification": selectors.verification_of_store(job=job),
         "replay": latest_replay,
         "trail_notes": [note for note in annotations if note.step is None],
         "noted_steps": [

@@ -11,6 +11,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from .drafters.base import Drafter, Reference
 from .params import GenerationParams, GenerationRequest
 from .providers.base import Provider
@@ -84,12 +86,16 @@ def _stop_reason(
     return None
 
 
-def _target_top(p, emitted: int, n: int) -> tuple | None:
-    """The target's n most probable tokens at each emitted position (the emitted tokens sit at
-    positions 0.., since a step keeps an accepted prefix and then its correction or bonus)."""
+def _target_top(logprobs, emitted: int, n: int) -> tuple | None:
+    """The target's n most probable tokens at each emitted position, by its own distribution
+    (the emitted tokens sit at positions 0.., since a step keeps an accepted prefix and then its
+    correction or bonus)."""
     if n == 0:
         return None
-    return tuple(top_tokens(p[i], n) for i in range(emitted))
+    return tuple(
+        tuple((token, float(logprobs[i, token])) for token, _ in top_tokens(np.exp(logprobs[i]), n))
+        for i in range(emitted)
+    )
 
 
 class SpeculativeDecoder:
@@ -173,7 +179,8 @@ class SpeculativeDecoder:
             drafted_at = time.perf_counter_ns()
             proposed = draft.tokens.tolist()
             k = len(proposed)
-            p = self._target.next_distributions([*context, *proposed], k + 1, params)
+            scores = self._target.next_scores([*context, *proposed], k + 1, params)
+            p = scores.p
             if params.is_greedy:
                 verdict = verify_greedy(draft, p)
             else:
@@ -196,7 +203,8 @@ class SpeculativeDecoder:
                 draft_ns=drafted_at - started,
                 verify_ns=verified_at - drafted_at,
                 draft_source=draft.source,
-                target_top=_target_top(p, len(emitted), request.top_logprobs),
+                logprobs=tuple(float(scores.logprobs[i, t]) for i, t in enumerate(emitted)),
+                target_top=_target_top(scores.logprobs, len(emitted), request.top_logprobs),
                 **self._texts(proposed, verdict, emitted),
             )
             committing = time.perf_counter_ns()

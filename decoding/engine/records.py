@@ -66,8 +66,11 @@ class StepRecord:
     correction_text: str | None = None
     emitted_text: tuple[str, ...] | None = None  # parallel to emitted
     draft_source: DraftSource | None = None  # where a copying drafter copied the draft from
-    # Per emitted token: the target's most probable (token, p) at its position, when the
-    # request asked for top log-probabilities (GenerationRequest.top_logprobs).
+    # Per emitted token: the target's own log-probability of it (log-softmax of the logits,
+    # before temperature, top-k and top-p), what the OpenAI API reports; None: not recorded.
+    logprobs: tuple[float, ...] | None = None
+    # Per emitted token: the target's most probable (token, logprob) at its position, by the
+    # same distribution, when the request asked for top log-probabilities (its top_logprobs).
     target_top: tuple[tuple[tuple[int, float], ...], ...] | None = None
 
     @property
@@ -109,9 +112,11 @@ class StepRecord:
             payload["correction"]["text"] = self.correction_text
         if self.emitted_text is not None:
             payload["emitted_text"] = list(self.emitted_text)
+        if self.logprobs is not None:
+            payload["logprobs"] = [decimal(value) for value in self.logprobs]
         if self.target_top is not None:
             payload["target_top"] = [
-                [{"token": token, "p": decimal(p)} for token, p in position]
+                [{"token": token, "logprob": decimal(logprob)} for token, logprob in position]
                 for position in self.target_top
             ]
         return payload

@@ -22,6 +22,15 @@ def _descending(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, ranks
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """(n, vocab) logits -> (n, vocab) float64 natural-log probabilities of the model itself,
+    before any temperature, top-k or top-p: what the OpenAI API reports as logprobs."""
+    z = np.asarray(logits, dtype=np.float64)
+    shifted = z - z.max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):  # a -inf logit (a remote's unplaced token) stays -inf
+        return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
 def warp(logits: np.ndarray, params: GenerationParams) -> np.ndarray:
     """(n, vocab) logits -> (n, vocab) float64 probabilities: temperature, top-k, softmax, top-p.
 

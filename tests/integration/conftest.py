@@ -1,15 +1,12 @@
-"""Shared actors for tests against the real PostgreSQL: a matter with an API key, an outsider's
-key for another matter, and a helper that runs a job on this process the way a worker does."""
-
-from types import SimpleNamespace
+"""What tests against the real PostgreSQL share beyond the cast (tests/conftest.py): a helper that
+runs a job on this process the way a worker does, the signing host, the queue's sends."""
 
 import pytest
-from rest_framework.test import APIClient
 
 from audit.keys import signing_key_create
 from decoding.execution import job_run
 from decoding.models import GenerationJob
-from decoding.services import api_key_create, job_submit
+from decoding.services import job_submit
 from pathfinder_site import celery_app
 
 JOB_DEFAULTS = {
@@ -47,22 +44,6 @@ def beat(signing_host):
     from audit.log import checkpoint_create
 
     return checkpoint_create
-
-
-@pytest.fixture
-def owner(db):
-    key, raw = api_key_create(matter_name="Doe v. Roe", name="discovery-app")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return SimpleNamespace(key=key, raw=raw, api=client)
-
-
-@pytest.fixture
-def outsider(db):
-    key, raw = api_key_create(matter_name="Other v. Matter", name="other-app")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return SimpleNamespace(key=key, raw=raw, api=client)
 
 
 @pytest.fixture

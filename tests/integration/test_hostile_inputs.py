@@ -110,3 +110,35 @@ def test_a_date_past_the_calendar_is_a_400_not_a_500(db, query, fast_passwords):
     response = client.get(f"/portal/?{query}")
     assert response.status_code == 400
     assert query.split("=")[0] in response.content.decode()
+
+
+# Query strings a hostile client sends to every GET that reads one: past-range numbers, NULs,
+# lone surrogates (percent-encoded, as a client sends them), garbage cursors, unknown names.
+HOSTILE_VALUES = ["9" * 40, "-1", "%00", "%ED%A0%80", "abc", "1e309", "", "%FF%FE"]
+API_QUERIES = ["limit", "cursor", "status", "created_after", "created_before", "nonsense"]
+PORTAL_QUERIES = ["page", "since", "until", "matter", "model", "status", "verified", "q"]
+
+
+def test_every_get_that_reads_a_query_answers_hostile_values_with_no_5xx(run_job, owner, reviewer):
+    job = run_job(max_tokens=4)
+    api_paths = ["/api/v1/generations", f"/api/v1/generations/{job.id}/trail"]
+    portal_paths = ["/portal/", "/portal/custody/", f"/portal/jobs/{job.id}/"]
+    answered = {}
+    for value in HOSTILE_VALUES:
+        for path in api_paths:
+            for name in API_QUERIES:
+                answered[f"{path}?{name}={value}"] = owner.api.get(f"{path}?{name}={value}")
+        for path in portal_paths:
+            for name in [*PORTAL_QUERIES, "before", "step"]:
+                answered[f"{path}?{name}={value}"] = reviewer.get(f"{path}?{name}={value}")
+        answered[f"/portal/jobs/{job.id}/step?step={value}"] = reviewer.get(
+            f"/portal/jobs/{job.id}/step?step={value}"
+        )
+    failing = {url: r.status_code for url, r in answered.items() if r.status_code >= 500}
+    assert failing == {}
+    # A refused API query names its parameter, in the native error shape.
+    refused = owner.api.get(f"/api/v1/generations?limit={'9' * 40}")
+    assert refused.status_code in (200, 400)
+    for name in ("status", "created_after", "nonsense"):
+        bad = owner.api.get(f"/api/v1/generations?{name}=%00")
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == name, bad.json()

@@ -17,9 +17,9 @@ from audit.store import trail_append, trail_open, trail_seal
 from audit.verification import verify_trails
 from decoding import delivery, execution, runtime, services
 from decoding.claims import job_request_payload
+from decoding.delivery import RUN_GENERATION
 from decoding.execution import LeaseHeld, job_run
 from decoding.models import GenerationJob, Replay
-from decoding.services import RUN_GENERATION
 from decoding.tasks import recovery_sweep
 from pathfinder_site import celery_app
 from tests.integration.records import plain_step

@@ -31,10 +31,10 @@ from decoding.execution import job_run
 from decoding.models import GenerationJob
 from decoding.services import job_submit
 from reviewers.models import CustodyEvent
+from tests.cast import grant, logged_in
 
 from .conftest import JOB_DEFAULTS
 from .test_job_recovery import died_mid_decode
-from .test_portal import grant, logged_in
 
 MATTER_NAME = "Doe v. Roe"
 

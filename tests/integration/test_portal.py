@@ -21,6 +21,7 @@ from django.db import DatabaseError, connection, transaction
 from django.http import HttpRequest
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from audit.keys import signing_key
 from audit.offline_verify import verify_bundle
@@ -30,6 +31,7 @@ from decoding.models import GenerationJob, Matter
 from decoding.replay import replay_run
 from decoding.services import job_submit
 from reviewers import selectors
+from reviewers import urls as reviewer_urls
 from reviewers.custody_chain import custody_chain_pending, custody_verify
 from reviewers.models import (
     Annotation,
@@ -40,40 +42,12 @@ from reviewers.models import (
     SignOff,
     TrailVerification,
 )
+from tests.cast import grant
 
 from .conftest import JOB_DEFAULTS
 
 User = get_user_model()
 HTMX = {"HTTP_HX_REQUEST": "true"}
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    client.user = user
-    return client
-
-
-def grant(username: str, matter_name: str):
-    user = User.objects.create_user(username)
-    matter, _ = Matter.objects.get_or_create(name=matter_name)
-    MatterGrant.objects.create(user=user, matter=matter)
-    return user
-
-
-@pytest.fixture
-def reviewer(owner):
-    return logged_in(grant("rita", "Doe v. Roe"))
-
-
-@pytest.fixture
-def other_reviewer(outsider):
-    return logged_in(grant("otto", "Other v. Matter"))
-
-
-@pytest.fixture
-def operator(db):
-    return logged_in(User.objects.create_superuser("olga", email="", password=None))
 
 
 @pytest.fixture
@@ -284,6 +258,41 @@ def test_the_list_filters_by_matter_date_model_status_verification_and_search(
     bad = reviewer.get("/portal/?since=yesterday")
     assert bad.status_code == 400 and "since:" in html(bad)
     assert reviewer.get("/portal/?verified=maybe").status_code == 400
+
+
+def test_the_list_shows_the_last_verify_chain_and_marks_a_rewritten_answer(run_job, reviewer, beat):
+    kept, rewritten = run_job(prompt=(1, 2)), run_job(prompt=(3, 4))
+    beat()
+
+    def badges() -> dict:
+        rows = reviewer.get("/portal/").context["page"].rows
+        return {row.id: (row.verification_state, row.verification_by, row.unbound) for row in rows}
+
+    assert badges() == {kept.id: ("never", "", False), rewritten.id: ("never", "", False)}
+    rogue(
+        "decoding_generationjob",
+        "UPDATE decoding_generationjob SET output_text = 'The contract is void.' WHERE id = %s",
+        [rewritten.id],
+    )
+    # Marked at once in the list, before anyone verifies: the row no longer matches its trail.
+    assert badges()[rewritten.id] == ("never", "", True)
+    with pytest.raises(SystemExit):
+        call_command("verify_chain", "--all", stdout=io.StringIO(), stderr=io.StringIO())
+    assert badges() == {
+        kept.id: ("verified", "verify_chain", False),
+        rewritten.id: ("broken", "verify_chain", True),
+    }
+    assert reviewer.get("/portal/?verified=broken").context["page"].rows[0].id == rewritten.id
+    assert [r.id for r in reviewer.get("/portal/?verified=verified").context["page"].rows] == [
+        kept.id
+    ]
+    page = html(reviewer.get("/portal/"))
+    assert "by verify_chain --all" in page and "differs from its trail" in page
+    walk = html(reviewer.get(f"/portal/jobs/{kept.id}/"))
+    assert "verify_chain --all</span> found this trail" in walk and "intact" in walk
+    # A reviewer's Verify after the run is the newer word.
+    reviewer.post(f"/portal/jobs/{kept.id}/verify")
+    assert badges()[kept.id] == ("verified", "reviewer", False)
 
 
 def test_the_list_pages_without_counting(run_job, reviewer, monkeypatch):
@@ -671,6 +680,36 @@ def test_every_reviewer_action_is_chained_in_the_custody_log(run_job, reviewer, 
     page = html(reviewer.get("/portal/custody/"))
     assert page.count('<tr class="custody-event"') == 7 and "chain intact" in page
     assert "verified through seq 6 by an earlier check" in page  # only what is new is walked
+
+
+def test_every_portal_write_leaves_a_custody_event(run_job, reviewer, beat):
+    """Every URL of the portal that takes a POST, found from its URL patterns (a new one must
+    be listed here with a body), appends at least one event to the custody log."""
+    job = run_job(max_tokens=12)
+    beat()
+    bodies = {
+        "verify": {},
+        "replay_start": {},
+        "export": {},
+        "annotate": {"text": "Checked against the exhibit.", "step": "0"},
+        "sign_off": {},
+        "matter_export": {"export-matter": job.matter_id},
+    }
+    writes = {}
+    for pattern in reviewer_urls.urlpatterns:
+        kwargs = {name: job.id for name in pattern.pattern.converters}
+        url = reverse(f"reviewers:{pattern.name}", kwargs=kwargs)
+        if reviewer.get(url).status_code == 405:  # a view that only takes a POST
+            writes[pattern.name] = url
+    assert set(writes) == set(bodies), "a portal write without a custody test"
+    for name, url in writes.items():
+        before = CustodyEvent.objects.count()
+        response = reviewer.post(url, bodies[name], **HTMX)
+        if hasattr(response, "streaming_content"):
+            b"".join(response.streaming_content)
+        assert response.status_code < 400, (name, response.status_code)
+        assert CustodyEvent.objects.count() > before, f"{name} left no custody event"
+    assert custody_verify()[0].ok
 
 
 def test_a_view_never_waits_for_the_custody_chain_and_is_chained_after(run_job, reviewer):

@@ -4,7 +4,7 @@ import pytest
 
 from decoding import runtime
 from decoding.models import Replay
-from decoding.replay import replay_request, replay_run
+from decoding.replay import differing_fields, replay_request, replay_run
 
 
 def replayed(job) -> Replay:
@@ -99,3 +99,19 @@ def test_manage_py_replay_names_the_first_divergence_and_fails(run_job, settings
     assert first.startswith(f"{job.id}: differs at step 0, field draft: recorded ")
     assert "noise=2.0" in first
     assert unknown == "not-a-job: no such job"
+
+
+def test_records_from_before_logprobs_still_compare_identical():
+    """A recording made before records held the model's own logprobs (docs/adr/0019) has no
+    `logprobs` and ranks its alternatives by the warped p: neither counts as a divergence from
+    a replay that has both, and every other field is still compared."""
+    replayed_step = {
+        "step": 0,
+        "emitted": [5],
+        "logprobs": ["-0.25"],
+        "target_top": [[{"token": 5, "logprob": "-0.25"}, {"token": 7, "logprob": "-2.0"}]],
+    }
+    recorded_step = {"step": 0, "emitted": [5], "target_top": [[{"token": 5, "p": "1.0"}]]}
+    assert differing_fields(recorded_step, replayed_step) == []
+    assert differing_fields({**recorded_step, "emitted": [6]}, replayed_step) == ["emitted"]
+    assert differing_fields({**replayed_step, "logprobs": ["-0.5"]}, replayed_step) == ["logprobs"]

@@ -19,7 +19,7 @@ from decoding.models import GenerationJob, Matter, ModelSpec
 from reviewers import charts
 from reviewers.search import MATCH
 
-from .test_portal import grant, html, logged_in, records
+from .test_portal import html, records
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 WORD = r"[^\W\d_]{5,}"  # a whole word of letters (Étoile, not its tail "toile")
@@ -36,11 +36,6 @@ def chat(owner, content: str, **body) -> GenerationJob:
     assert response.status_code == 202, response.json()
     job_run(job_id=response.json()["id"])
     return GenerationJob.objects.get(pk=response.json()["id"])
-
-
-@pytest.fixture
-def reviewer(owner):
-    return logged_in(grant("rita", "Doe v. Roe"))
 
 
 # --- 1. Sampling defaults --------------------------------------------------------------------

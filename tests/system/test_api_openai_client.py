@@ -5,7 +5,6 @@ before its record is committed; a client that leaves cancels its job; the cancel
 from __future__ import annotations
 
 import json
-import math
 import time
 
 import openai
@@ -82,15 +81,14 @@ def committed_tokens(stack: Stack, job_id: str) -> list[int]:
 
 
 def recorded_logprobs(stack: Stack, job_id: str) -> list[tuple[float, list[tuple[int, float]]]]:
-    """Per emitted token: log p as its committed record states it, and the record's
-    alternatives (token, log p)."""
+    """Per emitted token: the target's own logprob as its committed record states it, and the
+    record's alternatives (token, logprob)."""
     tokens = []
     for record in committed_decisions(stack, job_id):
-        n, tops = record["accepted_count"], record.get("target_top") or []
-        for i, _ in enumerate(record["emitted"]):
-            p = record["drafted"][i]["p"] if i < n else record["correction"]["p"]
-            top = [(alt["token"], math.log(float(alt["p"]))) for alt in (tops[i] if tops else [])]
-            tokens.append((math.log(float(p)), top))
+        tops = record.get("target_top") or []
+        for i, logprob in enumerate(record["logprobs"]):
+            top = [(alt["token"], float(alt["logprob"])) for alt in (tops[i] if tops else [])]
+            tokens.append((float(logprob), top))
     return tokens
 
 
@@ -157,10 +155,15 @@ def test_completion_logprobs_in_the_legacy_shape(client, postgres_stack, logprob
     assert logprobs.text_offset[0] == 0 and all(len(top) <= 2 for top in logprobs.top_logprobs)
 
 
-def test_logprobs_beyond_the_specs_bound_are_refused(client):
+def test_top_logprobs_work_on_the_shipped_spec_up_to_openais_bound(client):
+    chat = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=4, logprobs=True, top_logprobs=3
+    )
+    content = chat.choices[0].logprobs.content
+    assert content and all(1 <= len(entry.top_logprobs) <= 3 for entry in content)
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(
-            model=MODEL, messages=MESSAGES, max_tokens=4, logprobs=True, top_logprobs=3
+            model=MODEL, messages=MESSAGES, max_tokens=4, logprobs=True, top_logprobs=21
         )
     assert refused.value.body["param"] == "top_logprobs"
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..params import GenerationParams
-from ..sampling import warp
+from ..sampling import log_softmax, warp
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,15 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class Scores:
+    """One pass's (num_positions, vocab) rows: `p`, warped by the request's parameters (what
+    decisions compare), and `logprobs`, the model's own log-softmax (what is reported)."""
+
+    p: np.ndarray
+    logprobs: np.ndarray
+
+
 class Provider(ABC):
     """A model seen as one forward pass over a context.
 
@@ -91,6 +100,17 @@ class Provider(ABC):
     def next_distributions(
         self, context: Sequence[int], num_positions: int, params: GenerationParams
     ) -> np.ndarray:
+        return warp(self._checked_logits(context, num_positions), params)
+
+    def next_scores(
+        self, context: Sequence[int], num_positions: int, params: GenerationParams
+    ) -> Scores:
+        """next_distributions, and the model's own log-probabilities beside them (from the same
+        pass): what the target's records report as each emitted token's logprob."""
+        logits = self._checked_logits(context, num_positions)
+        return Scores(p=warp(logits, params), logprobs=log_softmax(logits))
+
+    def _checked_logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
         if not 1 <= num_positions <= len(context):
             raise ValueError(f"num_positions {num_positions} outside 1..{len(context)}")
         logits = self.logits(context, num_positions)
@@ -99,4 +119,4 @@ class Provider(ABC):
                 f"{self.identity.name} returned logits of shape {logits.shape}, "
                 f"expected {(num_positions, self.vocab_size)}"
             )
-        return warp(logits, params)
+        return logits

@@ -26,9 +26,9 @@ import numpy as np
 import requests
 
 from ..params import GenerationParams
-from ..sampling import warp
+from ..sampling import log_softmax, warp
 from ..tokenizer import Tokenizer
-from .base import ModelIdentity, Provider
+from .base import ModelIdentity, Provider, Scores
 
 RUNTIME = "remote (OpenAI-compatible completions, prompt logprobs)"
 
@@ -108,6 +108,13 @@ class RemoteProvider(Provider):
     def next_distributions(
         self, context: Sequence[int], num_positions: int, params: GenerationParams
     ) -> np.ndarray:
+        return self.next_scores(context, num_positions, params).p
+
+    def next_scores(
+        self, context: Sequence[int], num_positions: int, params: GenerationParams
+    ) -> Scores:
+        """The server's top K log-probabilities per position (renormalised over them, as they
+        are all it reports), and the request's distributions made from them."""
         refusal = params_refusal(
             temperature=params.temperature, top_k=params.top_k, top_logprobs=self._top
         )
@@ -119,7 +126,7 @@ class RemoteProvider(Provider):
         # The tokens the parameters keep must all be placed: the top 1 (greedy) or top k.
         needed = 1 if params.is_greedy else params.top_k
         _require_placed(rows, unplaced, needed)
-        return warp(rows, params)
+        return Scores(p=warp(rows, params), logprobs=log_softmax(rows))
 
     def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
         """Log-probabilities of the top K tokens at each asked position, -inf elsewhere; the

@@ -119,6 +119,7 @@
     }
     checkStop(d.stop, emitted, eos, maxTokens, request, state, fail);
     checkSource(d, tokens, state, fail);
+    checkLogprobs(d, emitted, fail);
     if (n < k && rule === GREEDY && correction === tokens[n]) fail(`drafted[${n}] was rejected, yet the argmax that replaced it is the same`);
     state.emitted.push(...emitted);
     state.ended = d.stop;
@@ -170,6 +171,23 @@
     if (!expected.includes(stop)) fail(`stop ${JSON.stringify(stop)}, where the tokens make it one of ${JSON.stringify(expected)}`);
     const asked = request?.params;
     if (stop === "stop" && asked && typeof asked === "object" && !(asked.stop?.length)) fail("stop 'stop', but the request has no stop strings");
+  }
+
+  // The target's own log-probability of each emitted token: one per token, written as the
+  // format writes numbers, at most 0 (its value needs the model: a replay checks it).
+  function checkLogprobs(d, emitted, fail) {
+    if (!("logprobs" in d)) return;  // records written before the field existed
+    const values = d.logprobs;
+    if (!Array.isArray(values) || values.length !== emitted.length) {
+      fail(`logprobs must hold one entry per emitted token (${emitted.length})`);
+      return;
+    }
+    values.forEach((value, i) => {
+      const x = typeof value === "string" && value.trim() !== "" ? Number(value) : NaN;
+      if (!Number.isFinite(x) || numberText(x) !== value) {
+        fail(`logprobs[${i}] ${JSON.stringify(value)} is not written as the format writes numbers`);
+      } else if (x > 0) fail(`logprobs[${i}] ${value} is above 0`);
+    });
   }
 
   function checkSource(d, tokens, state, fail) {

@@ -140,6 +140,14 @@ def draft_too_long(decisions):
     decisions[-1]["draft_length"] += 1
 
 
+def a_logprob_above_zero(decisions):
+    decisions[0]["logprobs"][0] = "0.5"  # a probability above 1
+
+
+def a_logprob_missing(decisions):
+    decisions[0]["logprobs"] = decisions[0]["logprobs"][:-1]
+
+
 LIES = {
     "a wrong accept draw u": edit_u,
     "a ratio that is not p/q": edit_ratio,
@@ -154,6 +162,8 @@ LIES = {
     "other params than the request's": other_params,
     "greedy claimed at temperature 1": rule_switched,
     "a draft_length that is not the drafted count": draft_too_long,
+    "a log-probability above 0": a_logprob_above_zero,
+    "a log-probability short of the emitted tokens": a_logprob_missing,
 }
 
 

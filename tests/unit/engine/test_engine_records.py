@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from audit.binding import emitted_from
 from decoding.engine import (
     DraftModelDrafter,
     GenerationParams,
@@ -11,6 +12,7 @@ from decoding.engine import (
     PromptLookupDrafter,
     SpeculativeDecoder,
 )
+from decoding.engine.sampling import log_softmax
 from tests.unit.engine.conftest import FakeTokenizer
 
 KEYS = {
@@ -29,6 +31,7 @@ KEYS = {
     "accepted_count",
     "correction",
     "emitted",
+    "logprobs",
     "stop",
     "rationale",
     "timings_us",
@@ -81,6 +84,29 @@ def test_the_payload_has_exactly_the_documented_keys(payloads):
         assert set(payload["timings_us"]) == {"draft", "verify"}
         for drafted in payload["drafted"]:
             assert set(drafted) == {"token", "q", "p", "ratio", "u", "accepted"}
+
+
+def test_each_emitted_tokens_logprob_is_the_targets_own_whatever_the_sampling(target, sink):
+    """At the model card's sampling (temperature 0.2, top-p 0.9) many chosen tokens have a
+    warped p of 1, whose log is 0; their logprob is the model's own log-softmax instead, which a
+    reviewer can recompute from the target at the record's context."""
+    params = GenerationParams(max_tokens=24, temperature=0.2, top_p=0.9)
+    decoder = SpeculativeDecoder(PromptLookupDrafter(target.vocab_size), target, sink)
+    context = [1, 2, 3, 1, 2, 3]
+    decoder.generate(GenerationRequest("r", tuple(context), params))
+    flattened = []
+    for record in sink.records:
+        payload = record.payload()
+        emitted = payload["emitted"]
+        own = log_softmax(target.logits(context + emitted[:-1], len(emitted)))
+        assert payload["logprobs"] == [repr(float(own[i, t])) for i, t in enumerate(emitted)]
+        flattened += [
+            float(logprob)
+            for token, logprob in zip(emitted_from(payload), payload["logprobs"], strict=True)
+            if token.p == "1.0"
+        ]
+        context += emitted
+    assert flattened and all(value < 0 for value in flattened), flattened
 
 
 def test_the_payload_holds_no_float_and_only_exactly_representable_integers(payloads):
