@@ -39,6 +39,16 @@ H2 = ParagraphStyle("h2", parent=_STYLES["Heading2"], fontName="Helvetica-Bold",
 H3 = ParagraphStyle("h3", parent=_STYLES["Heading3"], fontName="Helvetica-Bold", fontSize=10)
 
 
+def _described(model: dict) -> str:
+    """A model's revision, its file type where the record states one, and its runtime."""
+    parts = [model.get("revision", ""), model.get("file_type", ""), model.get("runtime", "")]
+    if not parts[1]:
+        del parts[1]  # records kept no file type before it was added: the report stays as it was
+    else:
+        parts[1] = f"file type {parts[1]}"
+    return " · ".join(parts)
+
+
 def _shown(text: str) -> str:
     """`text` for a Paragraph: XML-escaped, newlines kept, characters the standard fonts
     (Windows-1252) cannot draw written as <U+XXXX>."""
@@ -166,7 +176,7 @@ def _trail_section(facts: TrailFacts) -> list:
         model = facts.models.get(role) or {}
         flow += [
             Paragraph(_shown(f"{role.title()} model: {model.get('name', '?')}"), H3),
-            Paragraph(_shown(f"{model.get('revision', '')} · {model.get('runtime', '')}"), BODY),
+            Paragraph(_shown(_described(model)), BODY),
             Paragraph(f"SHA-256 {escape(str(model.get('sha256', '')))}", HASH),
         ]
     question = facts.question if facts.question is not None else "(withheld, or not bound)"

@@ -98,6 +98,7 @@ def _identity(model: dict | None) -> dict:
     return {
         "name": model.get("name"),
         "revision": model.get("revision"),
+        "file_type": model.get("file_type") or "",  # absent in records before it was kept
         "sha256": sha,
         "sha256_short": sha[:12],
         "runtime": model.get("runtime"),

@@ -88,6 +88,8 @@ HF_TOKENIZER_FILES = (
 )
 HF_CONFIG_FILES = ("config.json", "generation_config.json")
 CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
+FILE_TYPE_KEY = "general.file_type"
+COMPONENT_KEYS = ("tokenizer_sha256", "config_sha256", "chat_template_sha256", "file_type")
 
 
 def text_sha256(text: str | None) -> str:
@@ -110,6 +112,7 @@ def _gguf_parts(path: str, _size: int, _mtime: int) -> dict[str, str]:
     reader = GGUFReader(path)
     tokenizer, config = hashlib.sha256(), hashlib.sha256()
     template = ""
+    file_type = ""
     for name in sorted(reader.fields):
         field = reader.fields[name]
         if name.startswith("GGUF."):
@@ -117,6 +120,8 @@ def _gguf_parts(path: str, _size: int, _mtime: int) -> dict[str, str]:
         if name == CHAT_TEMPLATE_KEY:
             template = bytes(field.parts[field.data[0]]).decode("utf-8")
             continue
+        if name == FILE_TYPE_KEY:
+            file_type = _file_type_name(int(field.parts[field.data[0]][0]))
         digest = tokenizer if name.startswith("tokenizer.") else config
         digest.update(name.encode("utf-8") + b"\x00")
         for index in field.data:
@@ -126,15 +131,30 @@ def _gguf_parts(path: str, _size: int, _mtime: int) -> dict[str, str]:
         "tokenizer_sha256": tokenizer.hexdigest(),
         "config_sha256": config.hexdigest(),
         "chat_template_sha256": text_sha256(template),
+        "file_type": file_type,
     }
+
+
+def _file_type_name(value: int) -> str:
+    """general.file_type as llama.cpp names it: 7 is "Q8_0", 3 "Q4_1" (gguf's LlamaFileType,
+    without its MOSTLY_/ALL_ prefix); an unknown number is written as it is."""
+    from gguf import LlamaFileType
+
+    try:
+        name = LlamaFileType(value).name
+    except ValueError:
+        return str(value)
+    return name.removeprefix("MOSTLY_").removeprefix("ALL_")
 
 
 def _cached_gguf_parts(path: Path, cache_dir: Path) -> dict[str, str]:
     entry = cache_dir / "components" / f"{weights_sha256(path)}.json"
     try:
-        return json.loads(entry.read_text())
+        kept = json.loads(entry.read_text())
+        if set(kept) == set(COMPONENT_KEYS):
+            return kept
     except (OSError, ValueError):
-        pass  # not yet kept, or unreadable: read the file
+        pass  # not yet kept, kept by an older version, or unreadable: read the file
     st = path.stat()
     parts = dict(_gguf_parts(str(path), st.st_size, st.st_mtime_ns))
     try:
@@ -155,10 +175,10 @@ def component_hashes(
 ) -> dict:
     """tokenizer_sha256, config_sha256 and chat_template_sha256 of a GGUF file (from its
     metadata: each key in name order, its name, NUL, then each value part as an 8-byte
-    big-endian length and its bytes) or of a Hugging Face directory (its tokenizer and config
-    files, concatenated in name order; the chat template as the tokenizer holds it). With a
-    cache_dir, a GGUF's are kept there under the file's SHA-256 (reading its metadata takes
-    seconds; hashing it is needed anyway), so a changed file is read again."""
+    big-endian length and its bytes) with its file_type, or of a Hugging Face directory (its
+    tokenizer and config files, concatenated in name order; the chat template as the tokenizer
+    holds it). With a cache_dir, a GGUF's are kept there under the file's SHA-256 (reading its
+    metadata takes seconds; hashing it is needed anyway), so a changed file is read again."""
     path = Path(path).resolve()
     if path.is_file() and path.name.endswith(".gguf"):
         if cache_dir is not None:

@@ -16,6 +16,7 @@ from django.db import connection
 from decoding.execution import job_run
 from decoding.job_input import sampling_defaults
 from decoding.models import GenerationJob, Matter, ModelSpec
+from decoding.selectors import job_decisions
 from reviewers import charts
 from reviewers.search import MATCH
 
@@ -213,3 +214,11 @@ def test_the_prompt_is_shown_in_full_as_the_model_saw_it(owner, reviewer):
     page = unescape(html(reviewer.get(f"/portal/jobs/{job.id}/")))
     assert job.prompt_text in page
     assert "<|im_start|>user\n" + long_question in page
+
+
+def test_the_step_panel_names_the_file_type_the_record_states(owner, reviewer, settings):
+    job = chat(owner, "Name three primary colours.", max_tokens=4, temperature=0)
+    target = job_decisions(job)[0]["target"]
+    assert target["file_type"] == settings.PATHFINDER_DEFAULT_GGUF_TYPE  # read from the file
+    page = html(reviewer.get(f"/portal/jobs/{job.id}/"))
+    assert f"(file type {target['file_type']})" in page

@@ -69,6 +69,8 @@ def test_records_name_the_loaded_file_its_source_and_the_kernels_built_in(gguf_p
     assert "AVX" in build_features() or "NEON" in build_features()
     shipped = LlamaCppProvider(gguf_path, name="shipped", n_threads=THREADS).identity
     assert shipped.source_sha256 == ""
+    # Each names its own quantization, read from the file (not from a setting).
+    assert (identity.file_type, shipped.file_type) == ("Q4_0", "Q4_1")
     # The same vocabulary and chat template: only the weights' type differs.
     assert identity.tokenizer_sha256 == shipped.tokenizer_sha256
     assert identity.chat_template_sha256 == shipped.chat_template_sha256

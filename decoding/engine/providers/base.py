@@ -31,6 +31,8 @@ class ModelIdentity:
     # When the loaded file was made by Pathfinder from another (the shipped GGUF requantized by
     # llama.cpp's quantizer, engine.model_files), the SHA-256 of that source file.
     source_sha256: str = ""
+    # The quantization the loaded file states of itself (a GGUF's general.file_type, "Q8_0").
+    file_type: str = ""
 
     def as_payload(self) -> dict[str, str]:
         return asdict(self)

@@ -79,6 +79,7 @@ def test_the_payload_has_exactly_the_documented_keys(payloads):
             "chat_template_sha256",
             "converted_sha256",
             "source_sha256",
+            "file_type",
         }
         assert set(payload["correction"]) == {"token", "kind", "u", "p"}
         assert set(payload["timings_us"]) == {"draft", "verify"}

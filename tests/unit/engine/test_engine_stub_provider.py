@@ -48,12 +48,13 @@ def test_its_identity_names_every_parameter_and_hashes_the_revision():
         "sha256": hashlib.sha256(revision.encode()).hexdigest(),
         "runtime": "pathfinder-stub",
         "runtime_version": ENGINE_VERSION,
-        # A stub has no tokenizer, config, template or conversion of its own.
+        # A stub has no tokenizer, config, template, conversion or file of its own.
         "tokenizer_sha256": "",
         "config_sha256": "",
         "chat_template_sha256": "",
         "converted_sha256": "",
         "source_sha256": "",
+        "file_type": "",
     }
 
 

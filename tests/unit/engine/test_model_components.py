@@ -13,9 +13,11 @@ from decoding.engine.weights import component_hashes, text_sha256, weights_sha25
 TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
 
-def write_gguf(path, *, tokens=("<s>", "a", "b"), template=TEMPLATE, heads=4):
+def write_gguf(path, *, tokens=("<s>", "a", "b"), template=TEMPLATE, heads=4, file_type=None):
     writer = GGUFWriter(str(path), "llama")
     writer.add_block_count(1)
+    if file_type is not None:
+        writer.add_file_type(file_type)
     writer.add_head_count(heads)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(list(tokens))
@@ -89,3 +91,14 @@ def test_a_ggufs_parts_are_kept_under_its_sha256_so_a_rewritten_file_is_read_aga
     # A damaged entry is read past, not believed.
     (cache / "components" / f"{weights_sha256(path)}.json").write_text("{not json")
     assert component_hashes(path, cache_dir=cache) == rewritten
+
+
+def test_a_ggufs_file_type_is_named_as_llama_cpp_names_it(tmp_path):
+    assert component_hashes(write_gguf(tmp_path / "q8.gguf", file_type=7))["file_type"] == "Q8_0"
+    assert component_hashes(write_gguf(tmp_path / "f16.gguf", file_type=1))["file_type"] == "F16"
+    assert component_hashes(write_gguf(tmp_path / "none.gguf"))["file_type"] == ""
+    other = component_hashes(write_gguf(tmp_path / "q41.gguf", file_type=3))
+    assert other["file_type"] == "Q4_1"
+    # Still part of the config hash, as it was before it was named apart.
+    q8 = component_hashes(tmp_path / "q8.gguf")
+    assert other["config_sha256"] != q8["config_sha256"]
