@@ -20,7 +20,7 @@ from pathlib import Path
 from celery import current_app
 from django.conf import settings
 from django.db import close_old_connections
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from decoding import admission
@@ -65,26 +65,29 @@ def hold(job_ids: Iterable[str], worker: str) -> None:
 
 
 def lost(now: dt.datetime) -> list[GenerationJob]:
-    """Jobs whose message is gone: queued, or running with a lapsed lease (its worker died), sent
-    a while ago, held by no worker now, and not in the broker's queue. Where the broker cannot
-    be looked into, those sent PATHFINDER_REQUEUE_AFTER_S ago instead."""
-    waits = Q(status=GenerationJob.Status.QUEUED) | Q(
-        status=GenerationJob.Status.RUNNING, lease_expires_at__lt=now
-    )
-    unheld = GenerationJob.objects.filter(waits).exclude(held_until__gt=now)
+    """Jobs whose message is gone: queued and sent a while ago, or running with a lapsed lease
+    (its worker died) and not sent since; held by no worker now, and not in the broker's queue.
+    Where the broker cannot be looked into, those sent PATHFINDER_REQUEUE_AFTER_S ago instead.
+    A queued job never sent (enqueue=False: `manage.py generate` decodes it in its own process)
+    is not this sweep's."""
+
+    def sent_before(moment: dt.datetime) -> QuerySet[GenerationJob]:
+        queued = Q(status=GenerationJob.Status.QUEUED, enqueued_at__lt=moment)
+        lapsed = Q(status=GenerationJob.Status.RUNNING, lease_expires_at__lt=now) & (
+            Q(enqueued_at__lt=moment) | Q(enqueued_at=None)
+        )
+        return GenerationJob.objects.filter(queued | lapsed).exclude(held_until__gt=now)
+
     grace = now - dt.timedelta(seconds=SENT_GRACE_S)
-    sent_a_while_ago = unheld.filter(Q(enqueued_at__lt=grace) | Q(enqueued_at=None))
-    candidates = {str(pk) for pk in sent_a_while_ago.values_list("pk", flat=True)[:1000]}
+    candidates = {str(pk) for pk in sent_before(grace).values_list("pk", flat=True)[:1000]}
     if not candidates:
         return []
     waiting = in_broker()
     if waiting is None:
         stale = now - dt.timedelta(seconds=settings.PATHFINDER_REQUEUE_AFTER_S)
-        return list(
-            unheld.filter(Q(enqueued_at__lt=stale) | Q(enqueued_at=None), pk__in=candidates)
-        )
+        return list(sent_before(stale).filter(pk__in=candidates))
     # Read the marks again after the broker: a worker takes a message, then marks it.
-    return list(unheld.filter(pk__in=candidates - waiting))
+    return list(sent_before(grace).filter(pk__in=candidates - waiting))
 
 
 def in_broker() -> set[str] | None:

@@ -220,6 +220,17 @@ def test_a_job_held_by_a_worker_is_sent_again_once_its_hold_lapses(
     assert services.jobs_recover() == 0  # just sent: its message may not be visible yet
 
 
+def test_a_job_never_sent_is_not_the_sweeps(submitted, sent_jobs, private_queue):
+    """enqueue=False (`manage.py generate` decodes its job in its own process): queued with no
+    message, and never sent by the sweep however long it waits."""
+    job = submitted()
+    GenerationJob.objects.filter(pk=job.pk).update(
+        enqueued_at=None, created_at=timezone.now() - dt.timedelta(hours=1)
+    )
+    sent_jobs.clear()
+    assert services.jobs_recover() == 0 and sent_jobs == []
+
+
 def test_periodic_work_runs_once_while_its_lock_is_held(db):
     assert lock_acquire("audit.verify_all", 60)
     assert run_exclusively("audit.verify_all", 60, lambda: "ran") is None
