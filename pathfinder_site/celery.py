@@ -101,9 +101,8 @@ def mark_received(sender, request, **_) -> None:
     """The job's message is this worker's now (decoding.delivery): marked before it waits for
     a slot, so the recovery sweep does not send it again."""
     from decoding import delivery
-    from decoding.delivery import RUN_GENERATION
 
-    if request.name == RUN_GENERATION:
+    if request.name == delivery.RUN_GENERATION:
         try:
             delivery.hold([request.id], sender.hostname)
         except Exception as exc:  # the holder's next renewal marks it, or the sweep resends it

@@ -189,6 +189,7 @@ class SpeculativeDecoder:
 
             kept = [*proposed[: verdict.accepted_count], verdict.correction_token]
             emitted = _until_eos(kept, params.eos_token_id)
+            own = scores.logprobs(len(emitted))  # the emitted positions' alone
             stop_reason = _stop_reason(output, emitted, params, stop)
             record = StepRecord(
                 request_id=request.request_id,
@@ -203,8 +204,8 @@ class SpeculativeDecoder:
                 draft_ns=drafted_at - started,
                 verify_ns=verified_at - drafted_at,
                 draft_source=draft.source,
-                logprobs=tuple(float(scores.logprobs[i, t]) for i, t in enumerate(emitted)),
-                target_top=_target_top(scores.logprobs, len(emitted), request.top_logprobs),
+                logprobs=tuple(float(own[i, t]) for i, t in enumerate(emitted)),
+                target_top=_target_top(own, len(emitted), request.top_logprobs),
                 **self._texts(proposed, verdict, emitted),
             )
             committing = time.perf_counter_ns()

@@ -63,10 +63,15 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 @dataclass(frozen=True)
 class Scores:
     """One pass's (num_positions, vocab) rows: `p`, warped by the request's parameters (what
-    decisions compare), and `logprobs`, the model's own log-softmax (what is reported)."""
+    decisions compare), and the `logits` they came from, whose log-softmax is what is reported."""
 
     p: np.ndarray
-    logprobs: np.ndarray
+    logits: np.ndarray
+
+    def logprobs(self, rows: int) -> np.ndarray:
+        """The model's own log-probabilities at the first `rows` positions: only the emitted
+        ones are asked for, since a log-softmax over the whole vocabulary costs per row."""
+        return log_softmax(self.logits[:rows])
 
 
 class Provider(ABC):
@@ -110,7 +115,7 @@ class Provider(ABC):
         """next_distributions, and the model's own log-probabilities beside them (from the same
         pass): what the target's records report as each emitted token's logprob."""
         logits = self._checked_logits(context, num_positions)
-        return Scores(p=warp(logits, params), logprobs=log_softmax(logits))
+        return Scores(p=warp(logits, params), logits=logits)
 
     def _checked_logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
         if not 1 <= num_positions <= len(context):
