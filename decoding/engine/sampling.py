@@ -9,9 +9,29 @@ import numpy as np
 from .params import GenerationParams
 
 
+class Softmax:
+    """One pass over (n, vocab) float64 logits z that both the softmax and the log-softmax are
+    made of: shifted = z - max(z), exps = exp(shifted), total = sum(exps) per row. The exp over
+    the vocabulary is most of either's cost (0.8 ms a row on a Zen 1 core), so where p is the
+    plain softmax (greedy) the log-probabilities reuse the pass instead of making a second. Each
+    row's values depend on that row alone, so any prefix of rows gives the bits a pass over just
+    those rows gives."""
+
+    def __init__(self, z: np.ndarray) -> None:
+        self.shifted = z - z.max(axis=-1, keepdims=True)
+        self.exps = np.exp(self.shifted)
+        self.total = self.exps.sum(axis=-1, keepdims=True)
+
+    def probs(self) -> np.ndarray:
+        return self.exps / self.total
+
+    def log_probs(self, rows: int) -> np.ndarray:
+        with np.errstate(divide="ignore"):  # a -inf logit (a remote's unplaced token) stays -inf
+            return self.shifted[:rows] - np.log(self.total[:rows])
+
+
 def _softmax(z: np.ndarray) -> np.ndarray:
-    shifted = np.exp(z - z.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
+    return Softmax(z).probs()
 
 
 def _descending(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -26,9 +46,7 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     """(n, vocab) logits -> (n, vocab) float64 natural-log probabilities of the model itself,
     before any temperature, top-k or top-p: what the OpenAI API reports as logprobs."""
     z = np.asarray(logits, dtype=np.float64)
-    shifted = z - z.max(axis=-1, keepdims=True)
-    with np.errstate(divide="ignore"):  # a -inf logit (a remote's unplaced token) stays -inf
-        return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    return Softmax(z).log_probs(len(z))
 
 
 def warp(logits: np.ndarray, params: GenerationParams) -> np.ndarray:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..params import GenerationParams
-from ..sampling import log_softmax, warp
+from ..sampling import Softmax, log_softmax, warp
 
 
 @dataclass(frozen=True)
@@ -60,17 +60,25 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-@dataclass(frozen=True)
 class Scores:
     """One pass's (num_positions, vocab) rows: `p`, warped by the request's parameters (what
     decisions compare), and the `logits` they came from, whose log-softmax is what is reported."""
 
-    p: np.ndarray
-    logits: np.ndarray
+    def __init__(self, logits: np.ndarray, params: GenerationParams) -> None:
+        self.logits = logits
+        if params.is_greedy:
+            # Greedy p is the plain softmax: the log-softmax reuses its pass (sampling.Softmax).
+            self._softmax: Softmax | None = Softmax(np.asarray(logits, dtype=np.float64))
+            self.p = self._softmax.probs()
+        else:
+            self._softmax = None
+            self.p = warp(logits, params)
 
     def logprobs(self, rows: int) -> np.ndarray:
         """The model's own log-probabilities at the first `rows` positions: only the emitted
         ones are asked for, since a log-softmax over the whole vocabulary costs per row."""
+        if self._softmax is not None:
+            return self._softmax.log_probs(rows)
         return log_softmax(self.logits[:rows])
 
 
@@ -115,7 +123,7 @@ class Provider(ABC):
         """next_distributions, and the model's own log-probabilities beside them (from the same
         pass): what the target's records report as each emitted token's logprob."""
         logits = self._checked_logits(context, num_positions)
-        return Scores(p=warp(logits, params), logits=logits)
+        return Scores(logits, params)
 
     def _checked_logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
         if not 1 <= num_positions <= len(context):

@@ -26,7 +26,6 @@ import numpy as np
 import requests
 
 from ..params import GenerationParams
-from ..sampling import warp
 from ..tokenizer import Tokenizer
 from .base import ModelIdentity, Provider, Scores
 
@@ -126,7 +125,7 @@ class RemoteProvider(Provider):
         # The tokens the parameters keep must all be placed: the top 1 (greedy) or top k.
         needed = 1 if params.is_greedy else params.top_k
         _require_placed(rows, unplaced, needed)
-        return Scores(p=warp(rows, params), logits=rows)
+        return Scores(rows, params)
 
     def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
         """Log-probabilities of the top K tokens at each asked position, -inf elsewhere; the

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from decoding.engine import GenerationParams
-from decoding.engine.sampling import decimal, sample, top_tokens, warp
+from decoding.engine.providers.base import Scores
+from decoding.engine.sampling import decimal, log_softmax, sample, top_tokens, warp
 
 
 def softmax(z):
@@ -159,3 +160,42 @@ def test_top_p_equals_a_sort_of_the_whole_row_bit_for_bit(shape, top_p):
     logits = logits.astype(np.float32)
     got = warp(logits, GenerationParams(temperature=0.8, top_p=top_p))
     assert np.array_equal(got, _nucleus_by_full_sort(logits, 0.8, top_p))
+
+
+def score_rows():
+    """Rows a pass can give: random at several scales (float32, as llama.cpp returns them),
+    exact ties at the top, and -inf entries (a remote's unplaced tokens)."""
+    rng = np.random.default_rng(20261204)
+    rows = [(rng.standard_normal((5, 49152)) * scale).astype(np.float32) for scale in (0.1, 3, 300)]
+    tied = np.zeros((3, 64), dtype=np.float32)
+    tied[:, [5, 7]] = 2.0
+    tied[1, :] = -np.inf
+    tied[1, [3, 9]] = 1.5
+    return [*rows, tied]
+
+
+ROW_KINDS = ["scale 0.1", "scale 3", "scale 300", "ties, -inf"]
+
+
+@pytest.mark.parametrize("rows", score_rows(), ids=ROW_KINDS)
+def test_greedy_scores_share_one_softmax_pass_and_keep_the_bits_of_two(rows):
+    # The formulas before the pass was shared: softmax and log-softmax each with its own exp.
+    z = np.asarray(rows, dtype=np.float64)
+    shifted = z - z.max(axis=-1, keepdims=True)
+    p = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        own = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    scores = Scores(rows, GenerationParams(temperature=0.0))
+    assert np.array_equal(scores.p, p)
+    for emitted in range(1, len(rows) + 1):  # the emitted positions are a prefix of the pass
+        assert np.array_equal(scores.logprobs(emitted), own[:emitted])
+        assert np.array_equal(log_softmax(rows[:emitted]), own[:emitted])
+
+
+def test_sampled_scores_warp_p_and_report_the_unwarped_logprobs():
+    rows = score_rows()[1]
+    params = GenerationParams(temperature=0.7, top_k=40, top_p=0.9)
+    scores = Scores(rows, params)
+    assert np.array_equal(scores.p, warp(rows, params))
+    assert np.array_equal(scores.logprobs(2), log_softmax(rows[:2]))
+    assert not np.array_equal(np.exp(scores.logprobs(2)), scores.p[:2])
