@@ -1,6 +1,7 @@
 """The llama.cpp that `make install` puts in .venv: built with patches/llama.cpp, named by its
-patch set in every record, and bit for bit batch-invariant in its mat-mul kernels (the C test
-patches/llama.cpp/test-mul-mat-batch-invariance.c, compiled here against the installed library)."""
+patch set in every record, bit for bit batch-invariant in its mat-mul kernels, and with soft_max's
+SIMD maximum finding every row's maximum (the C tests patches/llama.cpp/test-*.c, compiled here
+against the installed library)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from decoding.engine.providers.llamacpp import runtime_version
 
 ROOT = Path(__file__).resolve().parents[2]
 PATCHES = ROOT / "patches" / "llama.cpp"
-C_TEST = PATCHES / "test-mul-mat-batch-invariance.c"
 
 spec = importlib.util.spec_from_file_location("llama_wheel", ROOT / "scripts" / "llama_wheel.py")
 wheel_script = importlib.util.module_from_spec(spec)
@@ -36,16 +36,27 @@ def test_records_name_the_patch_set_in_their_runtime_version():
     assert f"+{wheel_script.patch_set()} (" in runtime_version()
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler on this machine")
-def test_every_batch_size_is_bit_identical_to_the_single_token_kernel(tmp_path):
+def run_c_test(source: Path, tmp_path: Path) -> str:
     package = Path(llama_cpp.__file__).parent
     library, include = package / "lib", package.parent / "include"
-    binary = tmp_path / "test-mul-mat-batch-invariance"
+    binary = tmp_path / source.stem
     subprocess.run(
-        ["gcc", "-O2", "-ffp-contract=off", "-o", str(binary), str(C_TEST), f"-I{include}",
+        ["gcc", "-O2", "-ffp-contract=off", "-o", str(binary), str(source), f"-I{include}",
          f"-L{library}", "-lggml", "-lggml-base", "-lggml-cpu", "-lm", f"-Wl,-rpath,{library}"],
         check=True,
     )  # fmt: skip
     run = subprocess.run([str(binary), "2"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "every element bit-identical to its one-row, one-column reference" in run.stdout
+    return run.stdout
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler on this machine")
+def test_every_batch_size_is_bit_identical_to_the_single_token_kernel(tmp_path):
+    out = run_c_test(PATCHES / "test-mul-mat-batch-invariance.c", tmp_path)
+    assert "every element bit-identical to its one-row, one-column reference" in out
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler on this machine")
+def test_soft_max_finds_every_rows_maximum_and_keeps_each_row_as_computed_alone(tmp_path):
+    out = run_c_test(PATCHES / "test-soft-max-maximum.c", tmp_path)
+    assert "every row's maximum found, every row as computed alone" in out
