@@ -19,7 +19,7 @@ PROFILE_BUCKETS = [
         "providers/llamacpp.py",
         "_decode",
     ),
-    ("logits copy out of llama.cpp", "providers/llamacpp.py", "logits_row"),
+    ("logits copy out of llama.cpp", "providers/llamacpp.py", "logits_rows"),
     ("warp: softmax over the vocabulary (float64)", "engine/sampling.py", "warp"),
     ("verify rule (greedy)", "engine/rules.py", "verify_greedy"),
     ("verify rule (sampling)", "engine/rules.py", "verify_sampling"),

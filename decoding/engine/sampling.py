@@ -15,15 +15,23 @@ class Softmax:
     the vocabulary is most of either's cost (0.8 ms a row on a Zen 1 core), so where p is the
     plain softmax (greedy) the log-probabilities reuse the pass instead of making a second. Each
     row's values depend on that row alone, so any prefix of rows gives the bits a pass over just
-    those rows gives."""
+    those rows gives.
 
-    def __init__(self, z: np.ndarray) -> None:
-        self.shifted = z - z.max(axis=-1, keepdims=True)
-        self.exps = np.exp(self.shifted)
+    A vocabulary row of float64 is 384 KiB, above the size from which glibc maps fresh pages for
+    each allocation, so every array made here costs page faults as well as a pass: with
+    `scratch`, z is the caller's throwaway copy and becomes `shifted` in place, and `probs`
+    divides in place of the exps."""
+
+    def __init__(self, z: np.ndarray, *, scratch: bool = False) -> None:
+        top = z.max(axis=-1, keepdims=True)
+        self.shifted = np.subtract(z, top, out=z) if scratch else z - top
+        self.exps: np.ndarray | None = np.exp(self.shifted)
         self.total = self.exps.sum(axis=-1, keepdims=True)
 
     def probs(self) -> np.ndarray:
-        return self.exps / self.total
+        """The probabilities, made in place of the exps (so asked for once)."""
+        exps, self.exps = self.exps, None
+        return np.divide(exps, self.total, out=exps)
 
     def log_probs(self, rows: int) -> np.ndarray:
         with np.errstate(divide="ignore"):  # a -inf logit (a remote's unplaced token) stays -inf

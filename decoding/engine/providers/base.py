@@ -67,8 +67,10 @@ class Scores:
     def __init__(self, logits: np.ndarray, params: GenerationParams) -> None:
         self.logits = logits
         if params.is_greedy:
-            # Greedy p is the plain softmax: the log-softmax reuses its pass (sampling.Softmax).
-            self._softmax: Softmax | None = Softmax(np.asarray(logits, dtype=np.float64))
+            # Greedy p is the plain softmax: the log-softmax reuses its pass (sampling.Softmax),
+            # which works in this float64 copy of the logits.
+            z = np.array(logits, dtype=np.float64)
+            self._softmax: Softmax | None = Softmax(z, scratch=True)
             self.p = self._softmax.probs()
         else:
             self._softmax = None

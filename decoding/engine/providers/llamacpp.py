@@ -61,6 +61,18 @@ def logits_row(ctx, batch_index: int, vocab_size: int) -> np.ndarray:
     return np.ctypeslib.as_array(pointer, shape=(vocab_size,)).copy()
 
 
+def logits_rows(ctx, batch_indices: range, vocab_size: int) -> np.ndarray:
+    """A copy of the logits llama.cpp returned for consecutive positions of the last batch, in
+    one copy: for one sequence's trailing positions its output buffer holds them as consecutive
+    rows (checked: a copy per row and a stack would pass over every row twice)."""
+    pointers = [llama_cpp.llama_get_logits_ith(ctx, i) for i in batch_indices]
+    addresses = [ctypes.addressof(pointer.contents) for pointer in pointers]
+    row_bytes = vocab_size * ctypes.sizeof(ctypes.c_float)
+    if any(b - a != row_bytes for a, b in zip(addresses, addresses[1:], strict=False)):
+        raise RuntimeError("llama.cpp returned a batch's logits out of order")
+    return np.ctypeslib.as_array(pointers[0], shape=(len(pointers), vocab_size)).copy()
+
+
 def save_prompt(ctx, sequence: int, prompts: PromptCache, prompt: list[int]) -> None:
     """Keep the KV state of `sequence`, which holds exactly `prompt`, in the prompt cache."""
     size = llama_cpp.llama_state_seq_get_size(ctx, sequence)
@@ -269,8 +281,11 @@ class LlamaCppProvider(Provider):
             chunk = tokens[offset : offset + self._n_batch]
             self._decode(chunk, offset, first_output)
             wanted = range(max(first_output - offset, 0), len(chunk))
-            rows.extend(logits_row(self._ctx, i, self.vocab_size) for i in wanted)
-        return np.stack(rows) if rows else np.empty((0, self.vocab_size), dtype=np.float32)
+            if wanted:
+                rows.append(logits_rows(self._ctx, wanted, self.vocab_size))
+        if not rows:
+            return np.empty((0, self.vocab_size), dtype=np.float32)
+        return rows[0] if len(rows) == 1 else np.concatenate(rows)
 
     def _truncate(self, keep: int) -> int:
         """Drop cached positions from `keep` on; return how many cached tokens remain."""

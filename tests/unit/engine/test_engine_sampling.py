@@ -192,6 +192,17 @@ def test_greedy_scores_share_one_softmax_pass_and_keep_the_bits_of_two(rows):
         assert np.array_equal(log_softmax(rows[:emitted]), own[:emitted])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_greedy_scores_work_in_a_copy_and_leave_the_callers_logits_as_they_were(dtype):
+    # The pass shifts a float64 copy in place; a remote provider's rows may already be float64.
+    rows = score_rows()[1].astype(dtype)
+    before = rows.copy()
+    scores = Scores(rows, GenerationParams(temperature=0.0))
+    scores.logprobs(2)
+    assert np.array_equal(rows, before)
+    assert scores.logits is rows
+
+
 def test_sampled_scores_warp_p_and_report_the_unwarped_logprobs():
     rows = score_rows()[1]
     params = GenerationParams(temperature=0.7, top_k=40, top_p=0.9)
