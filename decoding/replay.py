@@ -100,11 +100,9 @@ class RecordedDrafts(Drafter):
     def propose(self, context, k, params, *, seed: int, step: int) -> Draft:
         record = self._recorded[step] if step < len(self._recorded) else {}
         tokens = np.array([d["token"] for d in record.get("drafted", [])][:k], dtype=np.int64)
-        q = np.zeros((len(tokens), self.vocab_size))
-        q[np.arange(len(tokens)), tokens] = 1.0
         given = record.get("draft_source")
         if given is None:
-            return Draft(tokens=tokens, q=q)
+            return Draft.one_hot(tokens, self.vocab_size)
         source = DraftSource(given["reference"], given["offset"], given["match_length"])
         held = (
             list(context) if source.reference == "context" else self._sources.get(source.reference)
@@ -113,7 +111,7 @@ class RecordedDrafts(Drafter):
             raise SourceMismatch(
                 f"step {step}'s draft is not what {source.reference} holds at {source.offset}"
             )
-        return Draft(tokens=tokens, q=q, source=source)
+        return Draft.one_hot(tokens, self.vocab_size, source)
 
 
 def _drafter_for(models, job: GenerationJob, recorded: list[dict]) -> Drafter:

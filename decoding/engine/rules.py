@@ -69,7 +69,7 @@ def verify_greedy(draft: Draft, p: np.ndarray) -> Verdict:
     return Verdict(
         rule=GREEDY,
         tokens=draft.tokens,
-        q=_token_probs(draft.q, draft.tokens),
+        q=draft.q_of_tokens(),
         p=_token_probs(p, draft.tokens),
         ratio=None,
         u=None,
@@ -89,7 +89,7 @@ def verify_sampling(draft: Draft, p: np.ndarray, *, seed: int, step: int) -> Ver
     emitted token is distributed exactly as p_i.
     """
     k = len(draft.tokens)
-    q_x = _token_probs(draft.q, draft.tokens)
+    q_x = draft.q_of_tokens()
     if np.any(q_x <= 0):
         raise ValueError("a drafter proposed a token to which its own q gives no probability")
     p_x = _token_probs(p, draft.tokens)
@@ -97,7 +97,7 @@ def verify_sampling(draft: Draft, p: np.ndarray, *, seed: int, step: int) -> Ver
     u = np.array([uniform(seed, step, i, "accept") for i in range(k)])
     n = _accepted_prefix(u < np.minimum(1.0, ratio))
     if n < k:
-        residual = np.maximum(p[n] - draft.q[n], 0.0)
+        residual = np.maximum(p[n] - draft.q_row(n), 0.0)
         # Mathematically positive after a rejection; rounding can empty it, and then p is exact.
         dist = residual if residual.sum() > 0 else p[n]
         correction_u = uniform(seed, step, n, "residual")

@@ -117,7 +117,10 @@ def test_one_key_flooding_v1_cannot_starve_anyone_else(postgres_stack):
 def test_many_keys_of_one_matter_cannot_take_every_wait_slot_from_another(postgres_stack):
     """Seven keys of one matter, four waiting calls each: more than both web processes' wait
     slots together (2 x PATHFINDER_WEB_MAX_WAITING = 24). Another matter's calls still find
-    slots, and answer, while the flood holds its share."""
+    slots, and answer, while the flood holds its share. A flooded process keeps a quarter of its
+    12 slots (3) for other matters at once; the other matter sends 3 calls, which find slots
+    however gunicorn spreads them (4 did not when all 4 reached one process: the fourth got
+    429 with Retry-After 1, as the shelf's rule says it should)."""
     stack = postgres_stack
     warm_workers(stack)
     keys = [stack.api_key] + [
@@ -151,12 +154,12 @@ def test_many_keys_of_one_matter_cannot_take_every_wait_slot_from_another(postgr
         )
         others.append((response.status_code, seconds, response.text[:200]))
 
-    callers = [threading.Thread(target=other_call) for _ in range(4)]
+    callers = [threading.Thread(target=other_call) for _ in range(3)]
     for thread in callers:
         thread.start()
     for thread in callers + flood:
         thread.join()
-    assert len(others) == 4 and all(code == 200 for code, _, _ in others), others
+    assert len(others) == 3 and all(code == 200 for code, _, _ in others), others
     assert max(seconds for _, seconds, _ in others) < 40, others
     # The flood held its share and no more: some of its 28 calls were refused by the web cap.
     assert flood_codes.count("waited") <= 18 and 429 in flood_codes, flood_codes

@@ -44,26 +44,53 @@ class Reference:
 class Draft:
     """Proposed tokens and the distribution q each was proposed from.
 
-    A deterministic drafter (prompt lookup) gives one-hot rows of q; the rules treat that
-    like any other q. A copying drafter says where it copied from (source).
+    A deterministic drafter (prompt lookup) proposes each token with certainty: its q is one-hot
+    at the tokens, given by the vocabulary's size (`one_hot_vocab`) instead of a (k, vocab)
+    array, which took 0.16 ms a step to fill at k = 8. The rules read q through `q_of_tokens`
+    and `q_row`, the same values either way. A copying drafter says where it copied from
+    (source).
     """
 
     tokens: np.ndarray  # (k,) int64
-    q: np.ndarray  # (k, vocab) float64
+    q: np.ndarray | None = None  # (k, vocab) float64; None for a one-hot q
     source: DraftSource | None = None
+    one_hot_vocab: int | None = None
+
+    @classmethod
+    def one_hot(
+        cls, tokens: np.ndarray, vocab_size: int, source: DraftSource | None = None
+    ) -> Draft:
+        return cls(tokens=tokens, source=source, one_hot_vocab=vocab_size)
+
+    def q_of_tokens(self) -> np.ndarray:
+        """(k,) float64: the probability q gave each drafted token."""
+        if self.q is None:
+            return np.ones(len(self.tokens))
+        return self.q[np.arange(len(self.tokens)), self.tokens]
+
+    def q_row(self, i: int) -> np.ndarray:
+        """(vocab,) float64: position i's whole distribution."""
+        if self.q is None:
+            row = np.zeros(self.one_hot_vocab)
+            row[self.tokens[i]] = 1.0
+            return row
+        return self.q[i]
 
     def prefix(self, k: int) -> Draft:
         """The first k tokens of this draft (k >= their number: the draft itself)."""
         if k >= len(self.tokens):
             return self
         source = self.source if k > 0 else None
-        return Draft(tokens=self.tokens[:k], q=self.q[:k], source=source)
+        q = None if self.q is None else self.q[:k]
+        return Draft(tokens=self.tokens[:k], q=q, source=source, one_hot_vocab=self.one_hot_vocab)
 
     def __post_init__(self) -> None:
-        if self.tokens.ndim != 1 or self.q.ndim != 2 or len(self.q) != len(self.tokens):
+        if (self.q is None) == (self.one_hot_vocab is None):
+            raise ValueError("a draft needs either q or one_hot_vocab")
+        shape = (len(self.tokens), self.one_hot_vocab) if self.q is None else self.q.shape
+        if self.tokens.ndim != 1 or len(shape) != 2 or shape[0] != len(self.tokens):
             raise ValueError(
-                f"a draft needs (k,) tokens and (k, vocab) q, got {self.tokens.shape} "
-                f"and {self.q.shape}"
+                f"a draft needs (k,) tokens and (k, vocab) q, got {self.tokens.shape} and {shape}"
             )
 
 

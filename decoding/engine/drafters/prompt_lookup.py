@@ -109,12 +109,10 @@ class PromptLookupDrafter(Drafter):
         history = self._as_array(context)
         found = self._best_match(history) if k > 0 and len(history) else None
         if found is None:
-            return Draft(tokens=np.empty(0, dtype=np.int64), q=np.zeros((0, self.vocab_size)))
+            return Draft.one_hot(np.empty(0, dtype=np.int64), self.vocab_size)
         name, tokens, start, length = found
         proposed = tokens[start : start + k].copy()
-        q = np.zeros((len(proposed), self.vocab_size))
-        q[np.arange(len(proposed)), proposed] = 1.0
-        return Draft(tokens=proposed, q=q, source=DraftSource(name, start, length))
+        return Draft.one_hot(proposed, self.vocab_size, DraftSource(name, start, length))
 
 
 def _longest_match(

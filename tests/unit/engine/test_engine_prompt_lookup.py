@@ -53,11 +53,13 @@ def test_its_q_is_one_hot_on_each_proposed_token():
     drafter = PromptLookupDrafter(32)
     draft = drafter.propose([1, 2, 3, 1, 2], 3, PARAMS, seed=0, step=0)
     assert draft.tokens.tolist() == [3, 1, 2]
-    assert draft.q.shape == (3, 32)
-    assert (draft.q.sum(axis=1) == 1).all()
-    assert (draft.q[np.arange(3), draft.tokens] == 1).all()
+    assert draft.q_of_tokens().tolist() == [1.0, 1.0, 1.0]
+    rows = np.stack([draft.q_row(i) for i in range(3)])
+    assert rows.shape == (3, 32) and rows.dtype == np.float64
+    assert np.array_equal(rows, np.eye(32)[draft.tokens])  # one 1.0 a row, zeros elsewhere
+    assert np.array_equal(draft.prefix(2).q_row(1), rows[1])
     empty = drafter.propose([1, 2, 3], 3, PARAMS, seed=0, step=0)
-    assert empty.tokens.shape == (0,) and empty.q.shape == (0, 32)
+    assert empty.tokens.shape == (0,) and len(empty.q_of_tokens()) == 0
 
 
 def test_it_names_itself_by_its_ngram_range():
