@@ -123,6 +123,7 @@ def main(argv=None) -> int:
     sizes = [int(n) for n in args.sizes.split(",")]
     path = served_file()
     from decoding.engine.providers.llamacpp import LlamaCppProvider
+    from decoding.engine.providers.model_thread import MODEL_THREAD
 
     tokenizer = LlamaCppProvider(path, name="tokenizer", n_ctx=64).tokenizer
     load = wait_for_quiet(args.max_load, 600)
@@ -131,14 +132,19 @@ def main(argv=None) -> int:
         bodies = workload(n, args.max_tokens)
         prompts = prompt_tokens(tokenizer, bodies)
         row = {"N": n, "load_before": load_average()}
+        # Every system evaluates on the model thread, as the engine does: a second evaluating
+        # thread gives llama.cpp a second OpenMP team, and on 2 cores libgomp then throttles
+        # both (plain ran 4x slower after the engine had run, 2026-12-04; model_thread.py).
         row["plain"] = {
-            k: v for k, v in plain(path, prompts, args.max_tokens, -1).items() if k != "outputs"
+            k: v
+            for k, v in MODEL_THREAD.run(plain, path, prompts, args.max_tokens, -1).items()
+            if k != "outputs"
         }
         row["engine"] = engine(path, bodies, prompts, args.max_tokens, batch_aware=True)
         row["engine_single_curve"] = engine(
             path, bodies, prompts, args.max_tokens, batch_aware=False
         )
-        row["ceiling"] = ceiling(path, prompts, args.max_tokens)
+        row["ceiling"] = MODEL_THREAD.run(ceiling, path, prompts, args.max_tokens)
         rows.append(row)
         print(row, flush=True)
     report = {

@@ -131,6 +131,34 @@ def assert_same_records(batched: list[dict], alone: list[dict], request_id: str)
         assert not differing, f"{request_id} step {step}: {differing} differ"
 
 
+def all_at_once(*calls) -> None:
+    """Each call in a thread of its own, started together; waits for all."""
+    threads = [threading.Thread(target=call) for call in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+
+def ask_together(engine: BatchEngine, prompts: list[list[int]]) -> tuple[dict, dict]:
+    """Every prompt prefilled on a slot of its own, all reaching one gathered step, then its
+    next-token logits: (tokens each prefill reused, logits), by prompt index."""
+    reused, got = {}, {}
+    start = threading.Barrier(len(prompts))
+
+    def ask(i: int) -> None:
+        with engine.open() as sequence:
+            start.wait()
+            reused[i] = sequence.prefill(prompts[i])
+            got[i] = sequence.logits(prompts[i], 1)
+
+    try:
+        all_at_once(*(lambda i=i: ask(i) for i in range(len(prompts))))
+    finally:
+        engine.close()
+    return reused, got
+
+
 @pytest.mark.parametrize(("size", "first"), [(2, 0), (8, 3), (16, 5)])
 def test_jobs_decoded_in_a_batch_make_the_records_they_make_alone(base, jobs, size, first):
     # A different window of the jobs each time, so a job meets different neighbours.
@@ -167,15 +195,13 @@ def test_a_sequence_gets_the_logits_of_the_examiners_context_bit_for_bit(base, j
                 sequence.prefill(context[:-positions])
                 got[i] = sequence.logits(context, positions)
 
-        threads = [threading.Thread(target=run, args=(0, [*prompt, *tail], 10))]
-        threads += [
-            threading.Thread(target=run, args=(i + 1, [*n, *tail[: 2 * i + 1]], 2 * i + 1))
-            for i, n in enumerate(neighbours)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
+        all_at_once(
+            lambda: run(0, [*prompt, *tail], 10),
+            *(
+                lambda i=i, n=n: run(i + 1, [*n, *tail[: 2 * i + 1]], 2 * i + 1)
+                for i, n in enumerate(neighbours)
+            ),
+        )
     finally:
         engine.close()
     assert np.array_equal(got[0], want)
@@ -360,3 +386,35 @@ def test_a_restore_into_a_slot_another_prompt_shares_leaves_that_prompt_its_cell
             assert np.array_equal(got[id(zero)], base.logits([*b, *question], 1))
     finally:
         engine.close()
+
+
+def test_questions_sent_together_about_one_document_evaluate_it_once(make_llama, served_gguf, jobs):
+    """Four questions about one document reach the engine in one gathered step (a legal team's
+    batch). The first evaluates the document; the others wait for its saved state, restore it
+    and evaluate only their question. Each still gets the examiner's logits. Begun together, as
+    before, every one of them evaluated the whole document."""
+    base = make_llama(path=served_gguf, n_ctx=N_CTX, prompt_cache_bytes=256 << 20)
+    document = list(jobs[0].prompt_token_ids)[:-8]
+    questions = [" Who may end it?", " Which law governs it?", " When is it due?", " Who pays?"]
+    prompts = [[*document, *base.tokenizer.encode(q, add_special=False)] for q in questions]
+    engine = BatchEngine(base, sequences=4, gather_s=1.0)
+    reused, got = ask_together(engine, prompts)
+    assert sorted(reused.values())[0] == 0
+    assert all(n >= len(document) for n in sorted(reused.values())[1:]), reused
+    assert engine.positions < 2 * len(document), engine.positions
+    examiner = make_llama(path=served_gguf, n_ctx=N_CTX)
+    for i, prompt in enumerate(prompts):
+        assert np.array_equal(got[i], examiner.logits(prompt, 1)), i
+
+
+def test_prompts_sharing_less_than_a_step_do_not_wait_for_each_other(make_llama, served_gguf, jobs):
+    """Two texts under one short instruction share only a few tokens: neither waits for the
+    other's saved state (a restore would save less than a step), and both are right."""
+    base = make_llama(path=served_gguf, n_ctx=N_CTX, prompt_cache_bytes=256 << 20)
+    instruction = base.tokenizer.encode("Summarise:", add_special=False)
+    prompts = [[*instruction, *jobs[i].prompt_token_ids] for i in (1, 3)]  # two open texts
+    reused, got = ask_together(BatchEngine(base, sequences=2, gather_s=1.0), prompts)
+    assert reused == {0: 0, 1: 0}
+    examiner = make_llama(path=served_gguf, n_ctx=N_CTX)
+    for i, prompt in enumerate(prompts):
+        assert np.array_equal(got[i], examiner.logits(prompt, 1)), i

@@ -14,7 +14,9 @@ each sequence brings the same number of tokens and their slots are consecutive, 
 the batch into several passes; a step therefore pads every slot in its range to the longest
 request with filler tokens whose logits nobody reads and whose cells are removed at once.
 Prompts longer than a step's positions are evaluated in chunks of their own, one chunk between
-steps, so a new long prompt does not stall the sequences already decoding.
+steps, so a new long prompt does not stall the sequences already decoding. Prompts share their
+prefixes through the worker's prompt cache: one that arrives with another sharing its document
+waits for that one's saved state instead of evaluating the document again.
 """
 
 from __future__ import annotations
@@ -226,14 +228,15 @@ class BatchEngine:
         """One step: the requests that fit a step together in one pass, then one chunk of the
         oldest longer evaluation. Returns the requests completed."""
         for request in work:
-            if request.start < 0:
+            if request.start < 0 and not self._awaits_shared_prompt(request, work):
                 self._begin(request)
-        finished = [(r, None) for r in work if r.remaining == 0]
-        ready = [r for r in work if 0 < r.remaining <= self._step_positions]
+        begun = [r for r in work if r.start >= 0]
+        finished = [(r, None) for r in begun if r.remaining == 0]
+        ready = [r for r in begun if 0 < r.remaining <= self._step_positions]
         if ready:
             self._pass(ready)
             finished += [(r, None) for r in ready]
-        long = next((r for r in work if r.remaining > self._step_positions), None)
+        long = next((r for r in begun if r.remaining > self._step_positions), None)
         if long is not None:
             self._chunk(long)
         for request, _ in finished:
@@ -242,6 +245,24 @@ class BatchEngine:
                 # Its stream holds exactly the prompt: kept for the jobs to come.
                 save_prompt(self._ctx, request.slot.index, self._prompts, request.tokens)
         return finished
+
+    def _awaits_shared_prompt(self, request: _Request, work: list[_Request]) -> bool:
+        """Whether a new prompt waits for another being evaluated that shares more than a
+        step's tokens with it beyond what its slot holds (one document, several questions, sent
+        together). Once that prompt is saved in the prompt cache this one restores it and
+        evaluates only the rest; begun together, each would evaluate the whole. Long
+        evaluations go one at a time anyway, so the wait costs it nothing."""
+        if request.outputs or self._prompts is None:
+            return False
+        held = common_prefix(request.slot.cached, request.tokens)
+        # A begun prompt still in the work is saved when it finishes, at the end of a step.
+        return any(
+            other.outputs == 0
+            and other.start >= 0
+            and common_prefix(other.tokens, request.tokens) - held > self._step_positions
+            for other in work
+            if other is not request
+        )
 
     def _begin(self, request: _Request) -> None:
         """Drop the slot's cached tokens past what the request shares (and past its first
