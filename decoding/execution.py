@@ -34,14 +34,12 @@ from decoding.engine import (
     GenerationResult,
     SpeculativeDecoder,
 )
+from decoding.leases import LEASES, LostOwnership, Watch
 from decoding.models import GenerationJob
 from decoding.sinks import sink_for
 from decoding.text import StopStrings, output_text
 
 logger = logging.getLogger(__name__)
-
-# A running attempt reads its job row (cancel requested? still ours?) at most this often.
-STEP_CHECK_S = 0.2
 
 
 class TryLater(Exception):
@@ -57,10 +55,6 @@ class LeaseHeld(TryLater):
 
     def __init__(self, retry_in: float):
         super().__init__(f"job leased for another {retry_in:.1f} s", retry_in)
-
-
-class LostOwnership(Exception):
-    """This attempt's job was taken over (its lease lapsed) or finished elsewhere: stop."""
 
 
 def _worker_name() -> str:
@@ -102,7 +96,11 @@ def _run(job_id: uuid.UUID) -> None:
         announce = (lambda: events.publish(job.id)) if job.stream else None
         head = (request.seq + 1, request.record_hash)
         # A slot of the worker's batch engine, held while the job decodes (decoding.runtime).
-        with models.sequence() as target, sink_for(trail.id, head=head, committed=announce) as sink:
+        with (
+            LEASES.watching(job.id, attempt) as watch,
+            models.sequence() as target,
+            sink_for(trail.id, head=head, committed=announce) as sink,
+        ):
             schedule = models.schedule(job.draft_length, target)
             decoder = SpeculativeDecoder(
                 drafter=models.job_drafter(),
@@ -114,7 +112,7 @@ def _run(job_id: uuid.UUID) -> None:
                 request_for(job),
                 schedule=schedule,
                 stop=stop,
-                cancelled=_step_boundary(job.id, attempt),
+                cancelled=_step_boundary(watch),
                 references=references.references_for(job.matter_id, excluding=str(job.id))
                 if models.drafts_from_references
                 else (),
@@ -197,25 +195,19 @@ class TimeLimitReached(Exception):
     """The attempt decoded for longer than PATHFINDER_TASK_TIME_LIMIT seconds."""
 
 
-def _step_boundary(job_id: uuid.UUID, attempt: int) -> Callable[[], bool]:
-    """The engine's check between steps: renew the lease, stop if this attempt lost the job or
-    ran out of time, answer whether a cancel was requested. One indexed UPDATE at most every
-    STEP_CHECK_S. The time limit is kept here because a worker decoding several jobs runs them
-    in threads, which Celery's time limits cannot stop; a prefork worker's hard limit stays as
-    the backstop for a native call that never returns."""
-    started = last = time.monotonic()
+def _step_boundary(watch: Watch) -> Callable[[], bool]:
+    """The engine's check between steps: whether a cancel was requested; stop if this attempt
+    lost the job (decoding.leases, which also renews its lease) or ran out of time. The time
+    limit is kept here because a worker decoding several jobs runs them in threads, which
+    Celery's time limits cannot stop; a prefork worker's hard limit stays as the backstop for a
+    native call that never returns."""
+    started = time.monotonic()
     limit = settings.CELERY_TASK_TIME_LIMIT
 
     def cancelled() -> bool:
-        nonlocal last
-        if time.monotonic() - last < STEP_CHECK_S:
-            return False
-        last = time.monotonic()
-        if last - started > limit:
+        if time.monotonic() - started > limit:
             raise TimeLimitReached(f"decoding ran past the time limit of {limit} s")
-        if not lifecycle.owned(job_id, attempt).update(lease_expires_at=lifecycle.lease_until()):
-            raise LostOwnership(str(job_id))
-        return lifecycle.owned(job_id, attempt).filter(cancel_requested_at__isnull=False).exists()
+        return watch.step()
 
     return cancelled
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 from audit.models import Trail
 from audit.selectors import trail_decisions
 from audit.verification import verify_trails
-from decoding import execution
+from decoding import execution, leases
 from decoding.models import GenerationJob
 
 
@@ -83,18 +83,20 @@ def test_a_running_job_stops_at_a_step_boundary_and_seals_its_trail_cancelled(ow
     steps = []
     original = execution._step_boundary
 
-    def cancel_after_three_steps(job_id, attempt):
-        asked = original(job_id, attempt)
+    def cancel_after_three_steps(watch):
+        asked = original(watch)
 
         def cancelled():
             steps.append(1)
             if len(steps) == 4:  # as a reviewer's cancel arriving mid-decode
-                GenerationJob.objects.filter(pk=job_id).update(cancel_requested_at=timezone.now())
+                GenerationJob.objects.filter(pk=watch.job_id).update(
+                    cancel_requested_at=timezone.now()
+                )
             return asked()
 
         return cancelled
 
-    monkeypatch.setattr(execution, "STEP_CHECK_S", 0)
+    monkeypatch.setattr(leases, "STEP_CHECK_S", 0)
     monkeypatch.setattr(execution, "_step_boundary", cancel_after_three_steps)
     execution.job_run(job_id=job["id"])
 

@@ -5,9 +5,11 @@ the recovery sweep re-queues lost messages; periodic work runs under a lock."""
 import datetime as dt
 import json
 import secrets
+from contextlib import ExitStack
 
 import pytest
 import redis
+from django.db.models import F
 from django.utils import timezone
 
 from audit.locks import lock_acquire, run_exclusively
@@ -15,7 +17,7 @@ from audit.models import LedgerEntry, Trail
 from audit.selectors import trail_decisions
 from audit.store import trail_append, trail_open, trail_seal
 from audit.verification import verify_trails
-from decoding import delivery, execution, runtime, services
+from decoding import delivery, execution, leases, runtime, services
 from decoding.claims import job_request_payload
 from decoding.delivery import RUN_GENERATION
 from decoding.execution import LeaseHeld, job_run
@@ -122,18 +124,18 @@ def test_an_attempt_that_lost_its_job_stops_and_writes_no_output(submitted, monk
     taken_over = []
     original = execution._step_boundary
 
-    def boundary(job_id, attempt):
-        check = original(job_id, attempt)
+    def boundary(watch):
+        check = original(watch)
 
         def cancelled():
             if not taken_over:  # as if this worker stalled past its lease and another took over
-                GenerationJob.objects.filter(pk=job_id).update(attempts=attempt + 1)
+                GenerationJob.objects.filter(pk=watch.job_id).update(attempts=watch.attempt + 1)
                 taken_over.append(True)
             return check()
 
         return cancelled
 
-    monkeypatch.setattr(execution, "STEP_CHECK_S", 0)
+    monkeypatch.setattr(leases, "STEP_CHECK_S", 0)
     monkeypatch.setattr(execution, "_step_boundary", boundary)
     job_run(job_id=job.id)
     job.refresh_from_db()
@@ -313,3 +315,33 @@ def test_a_job_decoding_past_the_time_limit_fails_at_its_next_step(
     assert (job.status, job.failure) == ("failed", "generation_failed")
     assert job.output_token_ids == [] and job.output_text == ""
     assert Trail.objects.get(pk=job.trail_id).outcome == "failed"
+
+
+def test_one_round_renews_every_stepping_attempt_and_reads_each_ones_cancel(
+    submitted, monkeypatch, django_assert_num_queries
+):
+    """A worker decoding several jobs renews their leases and reads their cancels together:
+    one UPDATE and one SELECT a round, whichever job's step runs it. An attempt that did not
+    step since the last round keeps its lease as it was (a stuck job's lease still lapses);
+    a cancel reaches only its own job; a taken-over job's attempt stops."""
+    monkeypatch.setattr(leases, "STEP_CHECK_S", 0)
+    stepping, stuck, cancelled, taken = (submitted() for _ in range(4))
+    for job in (stepping, stuck, cancelled, taken):
+        died_mid_decode(job, lease_left_s=5)
+    GenerationJob.objects.filter(pk=cancelled.pk).update(cancel_requested_at=timezone.now())
+    GenerationJob.objects.filter(pk=taken.pk).update(attempts=F("attempts") + 1)
+    lapsing = GenerationJob.objects.get(pk=stuck.pk).lease_expires_at
+    with ExitStack() as held:
+        watches = [
+            held.enter_context(leases.LEASES.watching(j.pk, 1))
+            for j in (stepping, stuck, cancelled, taken)
+        ]
+        watches[1].stepped = False
+        with django_assert_num_queries(2):
+            assert watches[0].step() is False
+        assert watches[2].step() is True
+        with pytest.raises(leases.LostOwnership):
+            watches[3].step()
+    leased = dict(GenerationJob.objects.values_list("pk", "lease_expires_at"))
+    assert leased[stepping.pk] > lapsing + dt.timedelta(seconds=30)
+    assert leased[stuck.pk] == lapsing
