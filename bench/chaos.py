@@ -332,6 +332,8 @@ def soak(stack: FaultStack, args) -> tuple[dict, dict]:
             for o in outages
         ],
         "recovery_grace_s": RECOVERY_GRACE_S,
+        # Each worker decodes this many jobs at once in one batch engine (tests/faults/stack.py).
+        "worker_sequences": int(stack.owner_env["PATHFINDER_WORKER_SEQUENCES"]),
     }
     return result, chaos_facts
 
@@ -359,8 +361,9 @@ def render(report: dict) -> str:
         f"Load before {report['load_before']}, after {report['load_after']}.",
         "",
         f"{chaos['clients']} clients for {chaos['seconds']:.0f} s over two matters, every other "
-        f"call streamed; workers killed: {kills or 'none'}; outages: {outages} (each window "
-        f"extended by {chaos['recovery_grace_s']} s of recovery).",
+        f"call streamed; two workers, each decoding up to {chaos['worker_sequences']} jobs at "
+        f"once in one batch engine; workers killed: {kills or 'none'}; outages: {outages} "
+        f"(each window extended by {chaos['recovery_grace_s']} s of recovery).",
         "",
         f"Calls: {result['calls']} ({result['streamed']} streamed); statuses "
         f"{json.dumps(result['statuses'])}. Jobs: {result['jobs']}, "
