@@ -19,6 +19,6 @@ graceful_timeout = 30
 def post_worker_init(worker):
     """A worker asked to stop ends its waiting requests at once (503 to each, its job
     cancelled) instead of holding the shutdown for up to PATHFINDER_SYNC_TIMEOUT_S."""
-    from decoding.waiting import stop_waiting_on
+    from decoding.web.waiting import stop_waiting_on
 
     stop_waiting_on()

@@ -54,7 +54,7 @@ def engine(
     from decoding.engine.providers.llamacpp import LlamaCppProvider
     from decoding.engine.providers.llamacpp_batch import BatchEngine
     from decoding.engine.providers.model_thread import MODEL_THREAD
-    from decoding.runtime import CURVE_POSITIONS, curve_context
+    from decoding.worker.runtime import CURVE_POSITIONS, curve_context
 
     class Kept(AuditSink):
         def __init__(self) -> None:

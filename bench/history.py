@@ -46,9 +46,9 @@ def build_history(*, trails: int, records_per_trail: int, custody_events: int) -
 
 
 def _template_job(records_per_trail: int):
-    from decoding.execution import job_run
     from decoding.models import GenerationJob, Matter
     from decoding.services import api_key_create, job_submit
+    from decoding.worker.execution import job_run
 
     key, _ = api_key_create(matter_name="History v. Bench", name="history")
     job, _ = job_submit(
@@ -181,8 +181,8 @@ def _write_batch(template, count: int) -> None:
 def job_request_payload_for(job, trail, template) -> dict:
     """The request record the worker would write for this job (decoding.claims), with the
     template's models."""
-    from decoding import runtime
     from decoding.claims import job_request_payload
+    from decoding.worker import runtime
 
     models, _ = runtime.models_for(template.model_spec)
     return job_request_payload(job, trail, models)

@@ -240,7 +240,7 @@ def baseline(max_tokens: int, count: int, threads: int) -> dict:
 
     target = LlamaCppProvider(default_gguf_path(), name=MODEL, n_threads=threads)
     tokenizer = target.tokenizer
-    # As the worker measures it when the model loads (decoding/runtime.py).
+    # As the worker measures it when the model loads (decoding/worker/runtime.py).
     curve = measure_verify_cost(
         target, tokenizer.encode("The verify cost is measured once, when the model loads.")
     )

@@ -135,7 +135,8 @@ class Pathfinder:
     kinds (decoding.kinds) — the served file with its prompt cache, prompt lookup with the
     spec's n-grams over the context and the matter's earlier jobs — the match-driven schedule on
     the cost curve measured at load, its statistics carried from job to job, and the worker's
-    audit sink into PostgreSQL (decoding.sinks.sink_for; a trail opened and sealed per run)."""
+    audit sink into PostgreSQL (decoding.worker.sinks.sink_for; a trail opened and sealed per
+    run)."""
 
     def __init__(self, spec, threads: int, n_ctx: int) -> None:
         from decoding.engine import MatchStatistics, measure_verify_cost
@@ -177,7 +178,7 @@ class Pathfinder:
             Reference,
             SpeculativeDecoder,
         )  # fmt: skip
-        from decoding.sinks import sink_for
+        from decoding.worker.sinks import sink_for
 
         started = time.perf_counter_ns()
         trail = trail_open(job_id=uuid.uuid4(), attempt=1) if audit else None

@@ -225,7 +225,7 @@ def main(argv=None) -> int:
 
     # Every trail written in this run, checked link by link (batched by TrailSink).
     from audit.verification import verify_trails
-    from decoding.sinks import BATCH_STEPS
+    from decoding.worker.sinks import BATCH_STEPS
 
     verification = verify_trails(bench.trails, scope="bench").as_dict()
     print(

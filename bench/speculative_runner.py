@@ -31,7 +31,7 @@ from bench.speculative_cells import (
 from decoding.engine import AuditSink
 
 # The verify-cost curve is measured on the same text the worker measures it on at load
-# (decoding/runtime.py), over a finer grid of positions so the schedule interpolates less.
+# (decoding/worker/runtime.py), over a finer grid of positions so the schedule interpolates less.
 WARMUP_TEXT = "The verify cost is measured once, when the model loads."
 
 
@@ -307,7 +307,7 @@ class Bench:
             PromptLookupDrafter,
             SpeculativeDecoder,
         )
-        from decoding.sinks import TrailSink
+        from decoding.worker.sinks import TrailSink
 
         target = target or self.target
         timer = target.bench_timer
@@ -325,7 +325,7 @@ class Bench:
         request = GenerationRequest(
             request_id=str(uuid.uuid4()), prompt_token_ids=prompt, params=params
         )
-        # The worker's defaults: the default spec's drafter_settings (decoding/runtime.py).
+        # The worker's defaults: the default spec's drafter_settings (decoding/worker/runtime.py).
         low = self.ngrams["min_ngram"] if min_ngram is None else min_ngram
         high = self.ngrams["max_ngram"] if max_ngram is None else max_ngram
         drafter = PromptLookupDrafter(target.vocab_size, min_ngram=low, max_ngram=max(high, low))

@@ -1,1 +1,17 @@
-"""Speculative decoding: the engine, generation jobs, their API and workers."""
+"""Speculative decoding: the engine, generation jobs, their API and workers.
+
+One shelf per process, so what a web process loads and what a worker loads stay apart:
+
+- this package's own modules: the Django app (models, admin, migrations, commands, the Celery
+  task names) and what the web side and the worker share (jobs' lifecycle, admission,
+  delivery, selectors and services, prompts and tokenizers);
+- `web/`: the web side's serving code (the native API, the OpenAI-compatible API, waiting for
+  and relaying a job's committed records);
+- `worker/`: running a job on a worker (claims, leases, the loaded models and the batch engine's
+  slots, the audit sinks, replays);
+- `engine/`: the speculative decoder itself, pure Python and numpy, no Django;
+- `kinds/`: the model kinds a ModelSpec can name.
+
+Arrows run from web/ and worker/ to the shared modules, engine/ and kinds/, never between web/
+and worker/ and never back up.
+"""

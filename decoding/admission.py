@@ -89,8 +89,8 @@ def queue_priority(job: GenerationJob) -> int:
 
 def others_waiting(matter_id) -> bool:
     """Whether another matter has a job queued: then a matter holding every other sequence
-    slot of a worker may not take its last (decoding.runtime.matter_slot), so a backlog cannot
-    hold a whole batch while another matter waits."""
+    slot of a worker may not take its last (decoding.worker.runtime.matter_slot), so a backlog
+    cannot hold a whole batch while another matter waits."""
     return (
         GenerationJob.objects.filter(status=GenerationJob.Status.QUEUED)
         .exclude(matter_id=matter_id)

@@ -35,6 +35,7 @@ SENT_GRACE_S = 10
 
 
 RUN_GENERATION = "decoding.run_generation"  # the task decoding.tasks.run_generation
+REPLAY_JOB = "decoding.replay_job"  # the task decoding.tasks.replay_job
 
 
 def send(job: GenerationJob) -> None:
@@ -50,6 +51,11 @@ def send(job: GenerationJob) -> None:
         task_id=str(job.pk),
         priority=admission.queue_priority(job),
     )
+
+
+def send_replay(replay_id) -> None:
+    """Hand a replay to the queue, by task name as send does."""
+    current_app.send_task(REPLAY_JOB, args=[str(replay_id)])
 
 
 def hold(job_ids: Iterable[str], worker: str) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from decoding import runtime
+from decoding import tokenizers
 from decoding.model_specs import params_refusal
 from decoding.models import ModelSpec
 from decoding.prompts import Prompt, PromptError, prompt_tokenize
@@ -74,7 +74,7 @@ def job_input(
     params = job_params(spec, given)
     _check_exact(spec, params)
     eos = params["eos_token_id"]
-    if eos is not None and eos >= runtime.vocab_size(spec):
+    if eos is not None and eos >= tokenizers.vocab_size(spec):
         raise InvalidInput("eos_token_id", f"Token id {eos} is outside the model's vocabulary.")
     if top_logprobs > spec.top_logprobs:
         raise InvalidInput(
@@ -114,7 +114,7 @@ def job_params(spec: ModelSpec, given: dict) -> dict:
 
 
 def _default_eos(spec: ModelSpec) -> int | None:
-    tokenizer = runtime.tokenizer_for(spec)
+    tokenizer = tokenizers.tokenizer_for(spec)
     return tokenizer.eos_token_id if tokenizer is not None else None
 
 

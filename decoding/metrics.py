@@ -2,7 +2,7 @@
 
 With PROMETHEUS_MULTIPROC_DIR set (the Makefile and the deployment guide set it), every process
 on a machine writes its samples there and /metrics on that machine reports them together; the
-gauges read from the database at scrape time live in decoding.api.metrics_view.
+gauges read from the database at scrape time live in decoding.web.api.metrics_view.
 """
 
 from __future__ import annotations

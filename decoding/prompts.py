@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from decoding import runtime
+from decoding import tokenizers
 from decoding.chat import ChatTemplateError, render_chat
 from decoding.models import ModelSpec
 
@@ -49,7 +49,7 @@ def prompt_tokenize(
     if prompt_token_ids is not None:
         prompt_obj = Prompt(list(prompt_token_ids), "")
     else:
-        tokenizer = runtime.tokenizer_for(spec)
+        tokenizer = tokenizers.tokenizer_for(spec)
         if tokenizer is None:
             raise PromptError(given[0], f"Model {spec.name} takes prompt_token_ids only.")
         if messages is not None:
@@ -123,7 +123,7 @@ def _check_length_and_vocabulary(spec: ModelSpec, field: str, token_ids: list[in
     limit = settings.PATHFINDER_MAX_PROMPT_TOKENS
     if len(token_ids) > limit:
         raise PromptError(field, f"At most {limit} prompt tokens; got {len(token_ids)}.")
-    vocab_size = runtime.vocab_size(spec)
+    vocab_size = tokenizers.vocab_size(spec)
     outside = next((t for t in token_ids if not 0 <= t < vocab_size), None)
     if outside is not None:
         raise PromptError(

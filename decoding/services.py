@@ -16,7 +16,7 @@ from audit.models import Trail
 from audit.store import trail_seal
 from decoding import admission, delivery, events, lifecycle
 from decoding.job_input import job_input
-from decoding.models import ApiKey, GenerationJob, Matter
+from decoding.models import ApiKey, GenerationJob, Matter, Replay
 from decoding.selectors import matter_trail_ids
 
 logger = logging.getLogger(__name__)
@@ -235,3 +235,23 @@ def matter_bundle_export(
     selection = MatterSelection(matter=matter.name, since=since, until=until)
     trail_ids = matter_trail_ids(matter, since=since, until=until)
     return matter_export(selection=selection, trail_ids=trail_ids, out=out)
+
+
+def replay_request(*, job: GenerationJob, user=None) -> Replay:
+    """Queue a replay of a finished job (once committed); OverCapacity (admission) when the
+    reviewer asking has as many in flight as they may."""
+    if not replayable(job):
+        raise ValueError("only a finished job with a trail can be replayed")
+    if user is not None:
+        admission.admit_replay(user=user)
+    replay = Replay.objects.create(job=job, trail_id=job.trail_id, requested_by=user)
+    transaction.on_commit(lambda: delivery.send_replay(replay.id))
+    return replay
+
+
+def replayable(job: GenerationJob) -> bool:
+    """A finished job (succeeded or failed) with a trail."""
+    return job.trail_id is not None and job.status in (
+        GenerationJob.Status.SUCCEEDED,
+        GenerationJob.Status.FAILED,
+    )

@@ -6,10 +6,10 @@ from celery import shared_task
 from django.conf import settings
 
 from audit.locks import run_exclusively
-from decoding.delivery import RUN_GENERATION
-from decoding.execution import TryLater, job_run
-from decoding.replay import REPLAY_JOB, replay_run, replays_fail_lost
+from decoding.delivery import REPLAY_JOB, RUN_GENERATION
 from decoding.services import jobs_recover, trails_seal_orphaned
+from decoding.worker.execution import TryLater, job_run
+from decoding.worker.replay import replay_run, replays_fail_lost
 
 
 @shared_task(name=RUN_GENERATION, bind=True, max_retries=None)

@@ -34,9 +34,9 @@ _loaded_pids = None
 @worker_init.connect
 def size_the_batch(sender, **_) -> None:
     """A threads pool decodes as many jobs at once as it has threads (PATHFINDER_WORKER_SEQUENCES
-    or `-c N`), in one batch engine (decoding.runtime); a prefork pool's processes one each.
+    or `-c N`), in one batch engine (decoding.worker.runtime); a prefork pool's processes one each.
     The threads share this process's models, loaded now; a prefork child loads its own."""
-    from decoding.runtime import set_worker_sequences
+    from decoding.worker.runtime import set_worker_sequences
 
     global _loaded_pids
     _loaded_pids = multiprocessing.Array("i", 256)
@@ -53,9 +53,10 @@ def load_in_the_decoding_process(**_) -> None:
 
 
 def _load_models() -> None:
-    """The default model, loaded before the first job asks for it (decoding.runtime); where it
-    cannot be, the error is logged, readiness says not loaded, and each job fails with it."""
-    from decoding.runtime import preload_default
+    """The default model, loaded before the first job asks for it (decoding.worker.runtime);
+    where it cannot be, the error is logged, readiness says not loaded, and each job fails with
+    it."""
+    from decoding.worker.runtime import preload_default
 
     started = time.perf_counter()
     try:

@@ -9,7 +9,7 @@ connection is closed (408 where a head began). Each request goes to gunicorn on 
 its own, with the client's address appended to X-Forwarded-For (set PATHFINDER_TRUSTED_PROXIES
 to the front's address on the web processes) and `Connection: close`; when the client goes away
 mid-response, that connection is closed, so a waiting request sees its caller leave
-(decoding.waiting). A chunked body is forwarded with its length; `Expect: 100-continue` is
+(decoding.web.waiting). A chunked body is forwarded with its length; `Expect: 100-continue` is
 answered here. One request per client connection: the response closes it.
 """
 

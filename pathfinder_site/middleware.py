@@ -8,7 +8,7 @@ from django.http import JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
-from decoding.openai_api.errors import openai_error_body
+from decoding.web.openai_api.errors import openai_error_body
 
 
 class BodySizeLimitMiddleware:

@@ -189,7 +189,7 @@ if PATHFINDER_DEFAULT_GGUF_TYPE not in ("Q4_0", "Q4_1", "Q5_0", "Q8_0", "IQ4_NL"
 # default model (23 kB of keys and values per token).
 PATHFINDER_PROMPT_CACHE_BYTES = env_int("PATHFINDER_PROMPT_CACHE_BYTES", 512 << 20, minimum=0)
 # Prompt and output tokens of recent jobs each worker keeps for the prompt-lookup drafter to
-# copy from, searched only for later jobs of the same matter (decoding/references.py).
+# copy from, searched only for later jobs of the same matter (decoding/worker/references.py).
 PATHFINDER_DRAFT_REFERENCE_TOKENS = env_int("PATHFINDER_DRAFT_REFERENCE_TOKENS", 65536, minimum=0)
 # Nothing is fetched at run time: weights and tokenizers come from local files only.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -198,13 +198,13 @@ PATHFINDER_STUB_DRAFT_NOISE = env_float("PATHFINDER_STUB_DRAFT_NOISE", 0.5)
 
 # --- REST API -------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["decoding.api.authentication.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["decoding.api.authentication.HasApiKey"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["decoding.web.api.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["decoding.web.api.authentication.HasApiKey"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["decoding.api.parsers.JSONParser"],
-    "EXCEPTION_HANDLER": "decoding.api.errors.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["decoding.web.api.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "decoding.web.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_THROTTLE_CLASSES": ["decoding.api.throttling.ApiKeyRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["decoding.web.api.throttling.ApiKeyRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 # Requests per API key (DRF throttle rate syntax: "<n>/second|minute|hour|day"), counted in CACHES.

@@ -6,7 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from pathfinder_site import views as ops
 from pathfinder_site.mfa import mfa
 
-handler404 = "decoding.api.views.not_found"
+handler404 = "decoding.web.api.views.not_found"
 
 urlpatterns = [
     # The front door leads to the reviewer's desk (its login first); machines use /api/ and /v1/.
@@ -14,8 +14,8 @@ urlpatterns = [
     path("healthz", ops.healthz, name="healthz"),
     path("readyz", ops.readyz, name="readyz"),
     path("metrics", ops.metrics, name="metrics"),
-    path("api/v1/", include("decoding.api.urls")),
-    path("v1/", include("decoding.openai_api.urls")),
+    path("api/v1/", include("decoding.web.api.urls")),
+    path("v1/", include("decoding.web.openai_api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("admin/", admin.site.urls),

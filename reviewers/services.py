@@ -19,8 +19,7 @@ from audit.models import LedgerEntry
 from audit.verification import verify_trails
 from decoding.admission import OverCapacity
 from decoding.models import GenerationJob, Matter, Replay
-from decoding.replay import replay_request
-from decoding.services import matter_bundle_export
+from decoding.services import matter_bundle_export, replay_request
 
 from .custody_chain import custody_append, custody_view
 from .models import Annotation, CustodyEvent, MatterGrant, SignOff, TrailVerification

@@ -27,7 +27,7 @@ class AuditSink(ABC):
     """Where the decoder hands each step's record. A sink may hold records and commit several in
     one transaction; the decoder calls flush() before it returns the result, so no token leaves
     it before its record is committed. A stream's reader takes each step from the committed
-    store (the sink decides how soon it commits: decoding.sinks)."""
+    store (the sink decides how soon it commits: decoding.worker.sinks)."""
 
     @abstractmethod
     def record(self, record: StepRecord) -> None:

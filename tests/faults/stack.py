@@ -68,7 +68,7 @@ def running_fault_stack(
         "CELERY_BROKER_URL": broker.url(0),
         "CACHE_URL": broker.url(1),
         "PATHFINDER_LOG_LEVEL": "INFO",
-        # Workers batch eight jobs at once (decoding.runtime), as the README's sizing shows.
+        # Workers batch eight jobs at once (decoding.worker.runtime), as the README's sizing shows.
         "PATHFINDER_WORKER_SEQUENCES": "8",
         "PATHFINDER_LLAMA_THREADS": "1",
         "PATHFINDER_JOB_LEASE_S": "4",

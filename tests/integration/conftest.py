@@ -4,9 +4,9 @@ runs a job on this process the way a worker does, the signing host, the queue's 
 import pytest
 
 from audit.keys import signing_key_create
-from decoding.execution import job_run
 from decoding.models import GenerationJob
 from decoding.services import job_submit
+from decoding.worker.execution import job_run
 from pathfinder_site import celery_app
 
 JOB_DEFAULTS = {

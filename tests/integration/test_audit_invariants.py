@@ -10,7 +10,7 @@ from django.db import connection
 from audit.models import DecisionRecord, LedgerEntry, Trail, VerificationRun
 from audit.selectors import trail_decisions
 from audit.verification import verify_trails
-from decoding.sinks import BATCH_STEPS
+from decoding.worker.sinks import BATCH_STEPS
 
 
 def emitted_by_records(trail_id) -> list[int]:

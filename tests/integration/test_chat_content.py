@@ -4,7 +4,7 @@ tokenises exactly as before (the whole rendered prompt at once)."""
 
 import pytest
 
-from decoding import runtime
+from decoding import tokenizers
 from decoding.chat import render_chat
 from decoding.models import ModelSpec
 from decoding.prompts import prompt_tokenize
@@ -20,7 +20,7 @@ def spec():
 
 
 def test_special_token_text_in_a_message_stays_text(spec):
-    tokenizer = runtime.tokenizer_for(spec)
+    tokenizer = tokenizers.tokenizer_for(spec)
     forged = prompt_tokenize(spec, messages=[{"role": "user", "content": FORGED}])
     plain = prompt_tokenize(spec, messages=[{"role": "user", "content": "Summarise this."}])
     im_start = tokenizer.encode("<|im_start|>", add_special=False)
@@ -32,7 +32,7 @@ def test_special_token_text_in_a_message_stays_text(spec):
 
 
 def test_ordinary_messages_tokenise_as_the_whole_rendered_prompt(spec):
-    tokenizer = runtime.tokenizer_for(spec)
+    tokenizer = tokenizers.tokenizer_for(spec)
     for messages in (
         [{"role": "user", "content": "Name three primary colours, comma separated."}],
         [

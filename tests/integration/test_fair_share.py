@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from audit.store import trail_append, trail_open
-from decoding import relay, waiting
 from decoding.admission import OverCapacity, admit
 from decoding.models import GenerationJob
 from decoding.services import job_submit
+from decoding.web import relay, waiting
 
 STUB = {"model": "stub", "prompt": [1, 2, 3], "max_tokens": 4}
 
@@ -225,7 +225,7 @@ def test_oversized_inputs_are_a_400_naming_the_field_and_store_nothing(
 @pytest.fixture
 def three_slots():
     """This process as a worker decoding three jobs at once (a threads pool of three)."""
-    from decoding import runtime
+    from decoding.worker import runtime
 
     runtime.set_worker_sequences(3)
     yield runtime
@@ -236,7 +236,7 @@ def test_a_backlog_may_not_take_a_workers_last_slot_while_another_matter_waits(
     owner, outsider, three_slots
 ):
     from decoding.admission import others_waiting
-    from decoding.execution import TryLater, job_run
+    from decoding.worker.execution import TryLater, job_run
 
     runtime = three_slots
     backlog = [submit(owner) for _ in range(3)]

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from audit.models import DecisionRecord, Trail
-from decoding.execution import job_run
 from decoding.models import GenerationJob
+from decoding.worker.execution import job_run
 
 URL = "/api/v1/generations"
 

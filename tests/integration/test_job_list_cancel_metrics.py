@@ -9,8 +9,8 @@ from django.utils import timezone
 from audit.models import Trail
 from audit.selectors import trail_decisions
 from audit.verification import verify_trails
-from decoding import execution, leases
 from decoding.models import GenerationJob
+from decoding.worker import execution, leases
 
 
 def test_the_list_holds_the_keys_matter_only_newest_first_and_filters(run_job, owner, outsider):

@@ -17,12 +17,13 @@ from audit.models import LedgerEntry, Trail
 from audit.selectors import trail_decisions
 from audit.store import trail_append, trail_open, trail_seal
 from audit.verification import verify_trails
-from decoding import delivery, execution, leases, runtime, services
+from decoding import delivery, services
 from decoding.claims import job_request_payload
 from decoding.delivery import RUN_GENERATION
-from decoding.execution import LeaseHeld, job_run
 from decoding.models import GenerationJob, Replay
 from decoding.tasks import recovery_sweep
+from decoding.worker import execution, leases, runtime
+from decoding.worker.execution import LeaseHeld, job_run
 from pathfinder_site import celery_app
 from tests.integration.records import plain_step
 

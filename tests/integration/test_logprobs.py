@@ -7,15 +7,16 @@ import math
 import pytest
 
 from audit.verification import verify_trails
-from decoding import runtime
+from decoding import tokenizers
 from decoding.engine.sampling import log_softmax
-from decoding.execution import job_run
-from decoding.logprobs import token_logprobs
 from decoding.models import GenerationJob, ModelSpec
-from decoding.openai_api import shapes
-from decoding.replay import replay_request, replay_run
 from decoding.selectors import job_decisions
-from decoding.services import job_submit
+from decoding.services import job_submit, replay_request
+from decoding.web.logprobs import token_logprobs
+from decoding.web.openai_api import shapes
+from decoding.worker import runtime
+from decoding.worker.execution import job_run
+from decoding.worker.replay import replay_run
 
 MODEL = "smollm2-135m-instruct"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Name three primary colours."}]}
@@ -44,7 +45,7 @@ def run(owner, **params) -> GenerationJob:
 
 
 def entries_of(job, top):
-    return token_logprobs(job_decisions(job), runtime.tokenizer_for(job.model_spec), top)
+    return token_logprobs(job_decisions(job), tokenizers.tokenizer_for(job.model_spec), top)
 
 
 def test_each_tokens_logprob_is_the_one_its_record_states(owner):

@@ -27,9 +27,9 @@ from audit.bundle_format import (
 from audit.keys import signing_key
 from audit.offline_verify import main as offline_main
 from audit.offline_verify import verify_bundle
-from decoding.execution import job_run
 from decoding.models import GenerationJob
 from decoding.services import job_submit
+from decoding.worker.execution import job_run
 from reviewers.models import CustodyEvent
 from tests.cast import grant, logged_in
 

@@ -4,11 +4,11 @@ registry, which the spec's choices, its configuration check and the worker's loa
 import pytest
 from django.core.exceptions import ValidationError
 
-from decoding import runtime
 from decoding.engine import DraftModelDrafter, PromptLookupDrafter
 from decoding.kinds.registry import DRAFTER_KINDS, PROVIDER_KINDS
 from decoding.model_specs import params_refusal
 from decoding.models import ModelSpec
+from decoding.worker import runtime
 
 
 def test_a_specs_choices_are_exactly_the_registered_kinds():

@@ -26,10 +26,10 @@ from django.urls import reverse
 from audit.keys import signing_key
 from audit.offline_verify import verify_bundle
 from audit.selectors import trail_decisions
-from decoding.execution import job_run
 from decoding.models import GenerationJob, Matter
-from decoding.replay import replay_run
 from decoding.services import job_submit
+from decoding.worker.execution import job_run
+from decoding.worker.replay import replay_run
 from reviewers import selectors
 from reviewers import urls as reviewer_urls
 from reviewers.custody_chain import custody_chain_pending, custody_verify
@@ -500,7 +500,7 @@ def test_a_reviewer_has_at_most_the_replays_cap_in_flight(run_job, reviewer, set
 
 
 def test_a_diverging_replay_names_the_step_and_field(run_job, reviewer):
-    from decoding import runtime
+    from decoding.worker import runtime
 
     job = run_job(max_tokens=20, temperature=1.0)
     reviewer.post(f"/portal/jobs/{job.id}/replay", **HTMX)

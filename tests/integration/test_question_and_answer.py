@@ -23,8 +23,8 @@ from audit.models import Checkpoint, DecisionRecord, LedgerEntry, Trail, Verific
 from audit.selectors import trail_record_of_kind
 from audit.verification import verify_everything, verify_trails
 from decoding.claims import job_question
-from decoding.execution import job_run
 from decoding.services import job_submit
+from decoding.worker.execution import job_run
 
 from .conftest import JOB_DEFAULTS
 
@@ -315,10 +315,10 @@ def test_a_job_cancelled_after_its_worker_died_served_nothing_and_verifies(owner
     """Its trail holds the request and no answer (sealed abandoned); the row says cancelled with
     no result. Nothing was served, so nothing is claimed: verification passes, the API answers."""
     from audit.store import trail_append, trail_open, trail_seal
-    from decoding import runtime
     from decoding.claims import job_request_payload
     from decoding.models import GenerationJob
     from decoding.services import job_submit
+    from decoding.worker import runtime
 
     job, _ = job_submit(
         matter=owner.key.matter,

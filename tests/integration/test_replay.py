@@ -2,9 +2,10 @@
 
 import pytest
 
-from decoding import runtime
 from decoding.models import Replay
-from decoding.replay import differing_fields, replay_request, replay_run
+from decoding.services import replay_request
+from decoding.worker import runtime
+from decoding.worker.replay import differing_fields, replay_run
 
 
 def replayed(job) -> Replay:
@@ -43,8 +44,8 @@ def test_a_replay_with_another_draft_model_names_the_first_divergence(run_job, s
 def test_a_replay_on_the_real_default_model_is_identical(owner):
     import json
 
-    from decoding.execution import job_run
     from decoding.models import GenerationJob
+    from decoding.worker.execution import job_run
 
     response = owner.api.post(
         "/api/v1/generations",

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from decoding import references
-from decoding.execution import job_run
 from decoding.models import GenerationJob
+from decoding.worker import references
+from decoding.worker.execution import job_run
 from tests.integration.test_replay import replayed
 
 DOCUMENT = (

@@ -13,10 +13,10 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from decoding.execution import job_run
 from decoding.job_input import sampling_defaults
 from decoding.models import GenerationJob, Matter, ModelSpec
 from decoding.selectors import job_decisions
+from decoding.worker.execution import job_run
 from reviewers import charts
 from reviewers.search import MATCH
 

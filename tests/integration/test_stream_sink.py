@@ -1,5 +1,5 @@
-"""A streamed job's audit sink (decoding.sinks.sink_for): on PostgreSQL in a worker each step is
-committed while the next is computed, the stream's reader is told only after a commit, every
+"""A streamed job's audit sink (decoding.worker.sinks.sink_for): on PostgreSQL in a worker each
+step is committed while the next is computed, the stream's reader is told only after a commit, every
 record is committed before the result returns, and a failed commit stops the stream with
 nothing more written; inside a transaction, step by step."""
 
@@ -21,7 +21,7 @@ from decoding.engine import (
     SpeculativeDecoder,
     StubProvider,
 )
-from decoding.sinks import BackgroundTrailSink, SteppedTrailSink, TrailSink, sink_for
+from decoding.worker.sinks import BackgroundTrailSink, SteppedTrailSink, TrailSink, sink_for
 
 
 def decode(sink, max_tokens=40):

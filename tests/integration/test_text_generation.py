@@ -8,8 +8,8 @@ from django.core.exceptions import ValidationError
 
 from audit.selectors import trail_decisions
 from audit.verification import verify_trails
-from decoding.execution import job_run
 from decoding.models import GenerationJob, ModelSpec
+from decoding.worker.execution import job_run
 
 URL = "/api/v1/generations"
 DEFAULT_MODEL = "smollm2-135m-instruct"

@@ -13,7 +13,7 @@ from decoding.engine import (
     SpeculativeDecoder,
     measure_verify_cost,
 )
-from decoding.runtime import CURVE_POSITIONS, curve_context
+from decoding.worker.runtime import CURVE_POSITIONS, curve_context
 
 CLAUSE = (
     "The Supplier shall deliver five hundred units of the Product to the Buyer's warehouse in "

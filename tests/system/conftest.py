@@ -51,7 +51,7 @@ def postgres_stack(tmp_path_factory) -> Iterator[Stack]:
         # A queue of its own, so no other worker on this Redis takes the stack's jobs.
         "PATHFINDER_TASK_QUEUE": f"pathfinder-test-{suffix}",
         "PATHFINDER_LOG_LEVEL": "WARNING",
-        # Workers batch eight jobs at once (decoding.runtime), as the README's sizing shows.
+        # Workers batch eight jobs at once (decoding.worker.runtime), as the README's sizing shows.
         "PATHFINDER_WORKER_SEQUENCES": "8",
         "PATHFINDER_DEFAULT_MODEL": "stub",
         # The schema fuzzer sends hundreds of requests a minute; the throttle has its own test.

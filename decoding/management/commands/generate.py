@@ -4,12 +4,12 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from decoding.api.serializers import GenerationInput
-from decoding.execution import job_run
 from decoding.job_input import InvalidInput
 from decoding.models import GenerationJob, Matter
 from decoding.selectors import job_answer
 from decoding.services import job_submit
+from decoding.web.api.serializers import GenerationInput
+from decoding.worker.execution import job_run
 
 
 class Command(BaseCommand):

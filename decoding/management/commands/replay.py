@@ -13,7 +13,8 @@ import uuid
 from django.core.management.base import BaseCommand, CommandError
 
 from decoding.models import GenerationJob
-from decoding.replay import replay_decisions, replayable
+from decoding.services import replayable
+from decoding.worker.replay import replay_decisions
 
 
 class Command(BaseCommand):

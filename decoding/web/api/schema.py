@@ -14,7 +14,7 @@ from .serializers import StopField
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
-    target_class = "decoding.api.authentication.ApiKeyAuthentication"
+    target_class = "decoding.web.api.authentication.ApiKeyAuthentication"
     name = "ApiKey"
 
     def get_security_definition(self, auto_schema):

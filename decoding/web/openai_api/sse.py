@@ -1,6 +1,6 @@
 """The /v1 stream: server-sent events of a job's committed tokens, in OpenAI's chunk shapes.
 
-A chunk per batch of committed tokens (read through decoding.relay, so none before its record),
+A chunk per batch of committed tokens (read through decoding.web.relay, so none before its record),
 the last chunk with the recorded answer's final text, usage when asked, then [DONE]; an error
 event instead where the job fails, times out, moves attempts or the store goes away.
 """
@@ -14,11 +14,12 @@ import time
 from django.conf import settings
 from django.db import DatabaseError
 
-from decoding import relay, runtime, services, waiting
-from decoding.logprobs import token_logprobs
+from decoding import services, tokenizers
 from decoding.models import GenerationJob
 from decoding.selectors import AnswerNotRecorded, job_answer
 from decoding.text import TextStream
+from decoding.web import relay, waiting
+from decoding.web.logprobs import token_logprobs
 
 from . import shapes
 from .errors import audit_unavailable, job_failure, openai_error, service_stopping
@@ -75,7 +76,7 @@ def stream(job: GenerationJob, kind: str, check, *, include_usage: bool, top: in
     """The stream: a chunk per batch of committed tokens, the last chunk, then [DONE]. A client
     that leaves (or a timeout, or the service stopping) cancels the job at its next step
     boundary; a job that moved to a new attempt after tokens were sent ends with an error."""
-    tokenizer = runtime.tokenizer_for(job.model_spec)
+    tokenizer = tokenizers.tokenizer_for(job.model_spec)
     text = TextStream(tokenizer, job.stop)
     logprobs = _Logprobs(kind, tokenizer, top)
     first, done = True, False

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from audit.binding import Answer
-from decoding.logprobs import TokenLogprob, chat_logprobs, completion_logprobs
 from decoding.models import GenerationJob
 from decoding.selectors import job_answer, trail_for_job
+from decoding.web.logprobs import TokenLogprob, chat_logprobs, completion_logprobs
 
 # OpenAI has "stop" (a natural end or a stop string) and "length"; a cancelled job ended early
 # on request, which the pathfinder object's status tells apart.

@@ -16,12 +16,13 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from decoding import relay, runtime, services, waiting
-from decoding.api.serializers import GenerationInput
+from decoding import services, tokenizers
 from decoding.job_input import InvalidInput, sampling_defaults
-from decoding.logprobs import token_logprobs
 from decoding.models import GenerationJob, ModelSpec
 from decoding.selectors import job_decisions
+from decoding.web import relay, waiting
+from decoding.web.api.serializers import GenerationInput
+from decoding.web.logprobs import token_logprobs
 
 from . import shapes, sse
 from .errors import exception_handler, job_failure, openai_error, service_stopping
@@ -124,7 +125,7 @@ class _Generate(OpenAIView):
             return _with(job_failure(job), headers)
         entries = None
         if top is not None:
-            tokenizer = runtime.tokenizer_for(job.model_spec)
+            tokenizer = tokenizers.tokenizer_for(job.model_spec)
             entries = token_logprobs(job_decisions(job), tokenizer, top)
         return Response(shapes.response(job, self.kind, entries), headers=headers)
 

@@ -6,16 +6,16 @@ from django.conf import settings
 from django.urls import reverse
 from rest_framework import serializers
 
-from decoding.api.fields import (
+from decoding.engine.params import MAX_SEED, MAX_TOP_LOGPROBS
+from decoding.models import GenerationJob
+from decoding.selectors import job_answer, trail_for_job
+from decoding.web.api.fields import (
     RefusesUnknownFields,
     StrictCharField,
     StrictFloatField,
     StrictIntegerField,
     text_refusal,
 )
-from decoding.engine.params import MAX_SEED, MAX_TOP_LOGPROBS
-from decoding.models import GenerationJob
-from decoding.selectors import job_answer, trail_for_job
 
 MAX_STOP_STRINGS = 4
 # A stop string longer than any answer could never match; this bounds the work of looking.

@@ -3,7 +3,8 @@
 from django.conf import settings
 from rest_framework import serializers
 
-from decoding.api.fields import (
+from decoding.engine.params import MAX_SEED, MAX_TOP_LOGPROBS
+from decoding.web.api.fields import (
     MAX_INT32,
     RefusesUnknownFields,
     StrictCharField,
@@ -11,8 +12,7 @@ from decoding.api.fields import (
     StrictIntegerField,
     text_refusal,
 )
-from decoding.api.serializers import StopField
-from decoding.engine.params import MAX_SEED, MAX_TOP_LOGPROBS
+from decoding.web.api.serializers import StopField
 
 
 class StreamOptions(serializers.Serializer):

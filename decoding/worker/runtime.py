@@ -160,11 +160,6 @@ def preload_default() -> str | None:
     return spec.name
 
 
-def tokenizer_for(spec: ModelSpec) -> Tokenizer | None:
-    """The spec's tokenizer without the model (the web process tokenises prompts with it)."""
-    return PROVIDER_KINDS[spec.provider].tokenizer(spec.path)
-
-
 @atexit.register
 def _release_models() -> None:
     # Free llama.cpp models while its bindings still exist (not during interpreter teardown).
@@ -201,8 +196,3 @@ def curve_context(tokenizer: Tokenizer) -> list[int]:
     """The context the curve is timed on: a sentence repeated to CURVE_CONTEXT_TOKENS tokens."""
     sentence = tokenizer.encode("The verify cost is measured once, when the model loads. ")
     return (sentence * (CURVE_CONTEXT_TOKENS // len(sentence) + 1))[:CURVE_CONTEXT_TOKENS]
-
-
-def vocab_size(spec: ModelSpec) -> int:
-    tokenizer = tokenizer_for(spec)
-    return tokenizer.vocab_size if tokenizer is not None else settings.PATHFINDER_STUB_VOCAB_SIZE

@@ -44,7 +44,7 @@ def follow(
 ) -> Iterator[Progress]:
     """Yield at every look: the tokens committed since the last (often none), until a last
     Progress once the job ended. `check` is called before every look and may raise to end
-    the wait (decoding.waiting.watch).
+    the wait (decoding.web.waiting.watch).
 
     The job row is read before the records: once it says finished, every record was already
     committed (the seal comes after them), so the last read misses none.

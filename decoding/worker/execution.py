@@ -26,7 +26,7 @@ from django.utils import timezone
 from audit import binding
 from audit.models import Trail
 from audit.store import trail_append, trail_open, trail_seal
-from decoding import admission, events, lifecycle, metrics, references, runtime
+from decoding import admission, events, lifecycle, metrics
 from decoding.claims import job_generation_params, job_request_payload
 from decoding.engine import (
     AuditUnavailable,
@@ -34,10 +34,11 @@ from decoding.engine import (
     GenerationResult,
     SpeculativeDecoder,
 )
-from decoding.leases import LEASES, LostOwnership, Watch
 from decoding.models import GenerationJob
-from decoding.sinks import sink_for
 from decoding.text import StopStrings, output_text
+from decoding.worker import references, runtime
+from decoding.worker.leases import LEASES, LostOwnership, Watch
+from decoding.worker.sinks import sink_for
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def _worker_name() -> str:
 def job_run(*, job_id: uuid.UUID) -> None:
     """Decode one job on this worker. Safe to call for any delivery of the job's message.
     TryLater when it cannot start now: a live attempt holds it, or this worker's last sequence
-    slot is kept for another matter's waiting job (decoding.runtime.matter_slot)."""
+    slot is kept for another matter's waiting job (decoding.worker.runtime.matter_slot)."""
     matter_id = GenerationJob.objects.filter(pk=job_id).values_list("matter_id", flat=True).first()
     if matter_id is None:
         return
@@ -95,7 +96,7 @@ def _run(job_id: uuid.UUID) -> None:
         # A stream's reader is told after each step's commit; other jobs' records batch.
         announce = (lambda: events.publish(job.id)) if job.stream else None
         head = (request.seq + 1, request.record_hash)
-        # A slot of the worker's batch engine, held while the job decodes (decoding.runtime).
+        # A slot of the worker's batch engine, held while the job decodes (decoding.worker.runtime).
         with (
             LEASES.watching(job.id, attempt) as watch,
             models.sequence() as target,
@@ -197,7 +198,7 @@ class TimeLimitReached(Exception):
 
 def _step_boundary(watch: Watch) -> Callable[[], bool]:
     """The engine's check between steps: whether a cancel was requested; stop if this attempt
-    lost the job (decoding.leases, which also renews its lease) or ran out of time. The time
+    lost the job (decoding.worker.leases, which also renews its lease) or ran out of time. The time
     limit is kept here because a worker decoding several jobs runs them in threads, which
     Celery's time limits cannot stop; a prefork worker's hard limit stays as the backstop for a
     native call that never returns."""

@@ -14,14 +14,11 @@ import time
 import uuid
 
 import numpy as np
-from celery import current_app as celery_app
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from audit.chain import canonical_json
 from audit.selectors import trail_decisions
-from decoding import admission, runtime
 from decoding.engine import (
     AuditSink,
     Draft,
@@ -33,13 +30,14 @@ from decoding.engine import (
     SpeculativeDecoder,
     StepRecord,
 )
-from decoding.execution import request_for
 from decoding.models import GenerationJob, Replay
+from decoding.services import replayable
 from decoding.text import StopStrings
+from decoding.worker import runtime
+from decoding.worker.execution import request_for
 
 logger = logging.getLogger(__name__)
 
-REPLAY_JOB = "decoding.replay_job"  # the task decoding.tasks.replay_job
 RENEW_EVERY_S = 2.0
 
 # Wall-clock timings may differ; the record format ("v", "kind") is not a decision, so a v1
@@ -53,31 +51,6 @@ FIELD_ORDER = (
     "draft_length", "drafted", "accepted_count", "correction", "emitted", "emitted_text", "stop",
     "rationale",
 )  # fmt: skip
-
-
-def replay_request(*, job: GenerationJob, user=None) -> Replay:
-    """Queue a replay of a finished job (once committed); OverCapacity (admission) when the
-    reviewer asking has as many in flight as they may."""
-    if not replayable(job):
-        raise ValueError("only a finished job with a trail can be replayed")
-    if user is not None:
-        admission.admit_replay(user=user)
-    replay = Replay.objects.create(job=job, trail_id=job.trail_id, requested_by=user)
-    transaction.on_commit(lambda: _enqueue(replay.id))
-    return replay
-
-
-def replayable(job: GenerationJob) -> bool:
-    """A finished job (succeeded or failed) with a trail."""
-    return job.trail_id is not None and job.status in (
-        GenerationJob.Status.SUCCEEDED,
-        GenerationJob.Status.FAILED,
-    )
-
-
-def _enqueue(replay_id: uuid.UUID) -> None:
-    # By task name: the task module imports this one.
-    celery_app.send_task(REPLAY_JOB, args=[str(replay_id)])
 
 
 class SourceMismatch(Exception):
