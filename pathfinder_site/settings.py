@@ -321,9 +321,9 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Jobs a worker decodes at once, together in one batch engine (one llama.cpp pass carries every
 # job's positions): a pool of that many threads. 1 is a prefork pool of one process decoding one
-# job at a time; `celery worker -c N` sets the slots instead. 1 by default while batching does
-# not yet beat one job at a time on this machine (bench/results/throughput-*.md, ADR 0015).
-PATHFINDER_WORKER_SEQUENCES = env_int("PATHFINDER_WORKER_SEQUENCES", 1, minimum=1)
+# job at a time; `celery worker -c N` sets the slots instead. 8 by default: batching beats one
+# job at a time from 2 concurrent jobs on (bench/results/throughput-2026-12-04.md, ADR 0015).
+PATHFINDER_WORKER_SEQUENCES = env_int("PATHFINDER_WORKER_SEQUENCES", 8, minimum=1)
 CELERY_WORKER_POOL = "threads" if PATHFINDER_WORKER_SEQUENCES > 1 else "prefork"
 CELERY_WORKER_CONCURRENCY = PATHFINDER_WORKER_SEQUENCES
 CELERY_TASK_TIME_LIMIT = env_int("PATHFINDER_TASK_TIME_LIMIT", 3600, minimum=1)

@@ -92,6 +92,18 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
         assert job["output_text"].strip(), job
         assert job["timings"]["load_ms"] == 0, job["timings"]  # the first job finds them warm
 
+        # The embedded worker decodes several jobs at once (PATHFINDER_WORKER_SEQUENCES, 8 by
+        # default) on SQLite: four sent together all succeed, decoded at the same time.
+        bodies = [{"prompt": f"Name {n} rivers in Europe:", "max_tokens": 24} for n in range(2, 6)]
+        sent = [submit(stack, b) for b in bodies]
+        assert all(r.status_code == 202 for r in sent), [r.text for r in sent]
+        together = [wait_for(stack, r.json()["id"], timeout=120) for r in sent]
+        assert all(j["status"] == "succeeded" for j in together), f"{together}\n{serve.tail()}"
+        spans = sorted((j["started_at"], j["finished_at"]) for j in together)
+        assert any(
+            later[0] < earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)
+        ), spans
+
         checked = manage(env, "verify_chain", "--all")
         assert checked.returncode == 0, describe(checked)
 
@@ -145,12 +157,12 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
         assert ready.status_code == 200, ready.text
         workers = ready.json()["checks"]["workers"]
         assert workers["count"] == 1
-        # Each worker's slots: the embedded worker decodes one job at a time, idle by now.
-        assert list(workers["slots"].values()) == [{"slots": 1, "busy": 0}], workers
+        # Each worker's slots: the embedded worker decodes up to 8 jobs at once, idle by now.
+        assert list(workers["slots"].values()) == [{"slots": 8, "busy": 0}], workers
         public = requests.get(stack.url("/readyz"), timeout=30)
         assert set(public.json()) == {"ready"}  # nothing more without the token
         metrics = requests.get(stack.url("/metrics"), headers=token, timeout=30).text
-        assert 'pathfinder_jobs{status="succeeded"} 1.0' in metrics
+        assert 'pathfinder_jobs{status="succeeded"} 5.0' in metrics
         assert "pathfinder_decode_steps_total" in metrics
 
         # The SQLite triggers keep audit rows append-only, even for a direct connection.
