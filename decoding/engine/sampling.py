@@ -64,18 +64,23 @@ def warp(logits: np.ndarray, params: GenerationParams) -> np.ndarray:
     take the argmax. Speculative sampling is exact only if p and q are warped identically
     (ARCHITECTURE.md invariant 3), so draft and target both come through here.
     """
-    z = np.asarray(logits, dtype=np.float64)
     if params.is_greedy:
-        return _softmax(z)
-    z = z / params.temperature
+        return _softmax(np.asarray(logits, dtype=np.float64))
+    # One private float64 copy, worked in place: each vocabulary-wide array a step makes costs a
+    # pass and fresh pages (Softmax), and a batching worker's jobs take turns at these passes
+    # between the model's (same bits: each operation is elementwise or along one row).
+    z = np.array(logits, dtype=np.float64)
+    np.divide(z, params.temperature, out=z)
     vocab = z.shape[-1]
     if 0 < params.top_k < vocab:
         _, ranks = _descending(z)
-        z = np.where(ranks < params.top_k, z, -np.inf)
-    probs = _softmax(z)
+        z[ranks >= params.top_k] = -np.inf
+    probs = Softmax(z, scratch=True).probs()
     if params.top_p < 1:
-        probs = np.stack([_nucleus(row, params.top_p) for row in probs])
-        probs = probs / probs.sum(axis=-1, keepdims=True)
+        kept = np.zeros_like(probs)
+        for row, out in zip(probs, kept, strict=True):
+            _nucleus(row, params.top_p, out)
+        probs = np.divide(kept, kept.sum(axis=-1, keepdims=True), out=kept)
     return probs
 
 
@@ -84,10 +89,11 @@ def warp(logits: np.ndarray, params: GenerationParams) -> np.ndarray:
 NUCLEUS_CANDIDATES = 512
 
 
-def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
-    """Nucleus (Holtzman et al. 2020) of one row: the smallest descending prefix with mass >=
-    top_p, the rest zeroed (not renormalised). The prefix holds every entry whose cumulative
-    mass before it is still below top_p, ties in the order of their ids.
+def _nucleus(probs: np.ndarray, top_p: float, kept: np.ndarray) -> None:
+    """Nucleus (Holtzman et al. 2020) of one row, written into `kept` (zeros): the smallest
+    descending prefix with mass >= top_p, the rest left zero (not renormalised). The prefix
+    holds every entry whose cumulative mass before it is still below top_p, ties in the order of
+    their ids.
 
     Sorts only the most probable entries: every entry at or above the m-th largest value, ties
     whole, is a prefix of the descending order, and a cumulative sum is sequential, so the
@@ -106,10 +112,8 @@ def _nucleus(probs: np.ndarray, top_p: float) -> np.ndarray:
         if keep <= len(order) or len(candidates) == len(probs):
             break
         m *= 2
-    kept = np.zeros_like(probs)
     chosen = order[:keep]
     kept[chosen] = probs[chosen]
-    return kept
 
 
 def sample(probs: np.ndarray, u: float) -> int:

@@ -55,12 +55,6 @@ def fill_batch(batch, tokens: Sequence[int], start: int, first_output: int) -> N
         batch.logits[i] = start + i >= first_output
 
 
-def logits_row(ctx, batch_index: int, vocab_size: int) -> np.ndarray:
-    """A copy of the logits llama.cpp returned for one position of the last batch."""
-    pointer = llama_cpp.llama_get_logits_ith(ctx, batch_index)
-    return np.ctypeslib.as_array(pointer, shape=(vocab_size,)).copy()
-
-
 def logits_rows(ctx, batch_indices: range, vocab_size: int) -> np.ndarray:
     """A copy of the logits llama.cpp returned for consecutive positions of the last batch, in
     one copy: for one sequence's trailing positions its output buffer holds them as consecutive

@@ -32,7 +32,7 @@ import llama_cpp
 import numpy as np
 
 from .base import ALONE, Neighbours, Provider, common_prefix
-from .llamacpp import LlamaCppProvider, logits_row, restore_prompt, save_prompt
+from .llamacpp import LlamaCppProvider, logits_rows, restore_prompt, save_prompt
 from .model_thread import MODEL_THREAD
 
 # Tokens a request may bring to a step; a longer evaluation (a prompt, a lost cache) goes in
@@ -59,13 +59,13 @@ class _Slot:
     open: bool = False
 
 
-@dataclass
+@dataclass(eq=False)  # one request is one call: compared and hashed as itself
 class _Request:
     slot: _Slot
     tokens: list[int]
     outputs: int  # logits wanted for the last `outputs` positions of tokens
     start: int = -1  # first position not yet evaluated (-1: not yet looked at)
-    rows: list[np.ndarray] = field(default_factory=list)
+    rows: list[np.ndarray] = field(default_factory=list)  # (k, vocab) blocks, one per pass
     reused: int = 0  # leading tokens found in the slot's stream
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -327,7 +327,7 @@ class BatchEngine:
     def _decode(self, entries) -> None:
         batch = self._batch
         n = 0
-        wanted = []  # (request, batch index)
+        wanted: dict[_Request, list[int]] = {}  # a request's output positions' batch indices
         for slot, tokens, first_output, request in entries:
             start = len(slot.cached)
             for i, token in enumerate(tokens):
@@ -338,7 +338,7 @@ class BatchEngine:
                 batch.seq_id[n][0] = slot.index
                 batch.logits[n] = output
                 if output and request is not None and start + i < len(request.tokens):
-                    wanted.append((request, n))
+                    wanted.setdefault(request, []).append(n)
                 n += 1
         batch.n_tokens = n
         started = time.perf_counter()
@@ -350,8 +350,10 @@ class BatchEngine:
         if self.on_pass is not None:
             working = sum(request is not None for *_, request in entries)
             self.on_pass(working, n, time.perf_counter() - started)
-        for request, index in wanted:
-            request.rows.append(logits_row(self._ctx, index, self.base.vocab_size))
+        for request, indices in wanted.items():
+            # A slot's positions are consecutive in the batch, so its rows come in one copy.
+            rows = range(indices[0], indices[-1] + 1)
+            request.rows.append(logits_rows(self._ctx, rows, self.base.vocab_size))
 
     def _forget(self, work: list[_Request]) -> None:
         """After a failed pass its streams may hold part of it: empty them."""
@@ -385,8 +387,12 @@ class SequenceProvider(Provider):
         return self._engine.submit(self._slot, list(context[:-1]), 0).reused
 
     def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
-        rows = self._engine.submit(self._slot, list(context), num_positions).rows
-        return np.stack(rows) if rows else np.empty((0, self.vocab_size), dtype=np.float32)
+        blocks = self._engine.submit(self._slot, list(context), num_positions).rows
+        if len(blocks) == 1:
+            return blocks[0]
+        if blocks:  # outputs that straddled two chunks of a long evaluation
+            return np.concatenate(blocks)
+        return np.empty((0, self.vocab_size), dtype=np.float32)
 
     def neighbours(self) -> Neighbours:
         return self._engine.neighbours(self._slot)

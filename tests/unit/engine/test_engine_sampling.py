@@ -162,6 +162,32 @@ def test_top_p_equals_a_sort_of_the_whole_row_bit_for_bit(shape, top_p):
     assert np.array_equal(got, _nucleus_by_full_sort(logits, 0.8, top_p))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "params",
+    [{"temperature": 0.8}, {"temperature": 1.3, "top_k": 40}, {"temperature": 0.8, "top_p": 0.95}],
+)
+def test_sampled_warp_gives_the_bits_of_its_first_form_and_leaves_the_logits_alone(dtype, params):
+    """warp works in one private float64 copy (the temperature divided and the softmax shifted in
+    place, the nucleus written into one array): the bits of the form it was first written in,
+    each step a new array, and the caller's logits untouched, float64 ones included."""
+    rng = np.random.default_rng(7)
+    logits = (rng.standard_normal((4, 49152)) * 3).astype(dtype)
+    before = logits.copy()
+    got = warp(logits, GenerationParams(**params))
+    z = np.asarray(logits, dtype=np.float64) / params["temperature"]
+    if "top_k" in params:
+        kth = -np.sort(-z, axis=-1)[:, params["top_k"] - 1 : params["top_k"]]
+        z = np.where(z >= kth, z, -np.inf)  # no ties among random normals
+    if "top_p" in params:
+        want = _nucleus_by_full_sort(logits, params["temperature"], params["top_p"])
+    else:
+        exps = np.exp(z - z.max(axis=-1, keepdims=True))
+        want = exps / exps.sum(axis=-1, keepdims=True)
+    assert np.array_equal(got, want)
+    assert np.array_equal(logits, before)
+
+
 def score_rows():
     """Rows a pass can give: random at several scales (float32, as llama.cpp returns them),
     exact ties at the top, and -inf entries (a remote's unplaced tokens)."""
