@@ -189,7 +189,16 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
 
         waiting = threading.Thread(target=caller)
         waiting.start()
-        time.sleep(4)  # its job decoding
+        # Stop while its job decodes: a fixed wait is a race, since a long story that repeats
+        # itself is copied by the drafter and 1,024 tokens can come in a few seconds.
+        deadline = time.monotonic() + 30
+        with closing(sqlite3.connect(var_dir / "pathfinder.sqlite3", timeout=30)) as db:
+            while not db.execute(
+                "SELECT 1 FROM decoding_generationjob WHERE status = 'running'"
+            ).fetchone():
+                assert time.monotonic() < deadline, "the long job never started"
+                time.sleep(0.05)
+        time.sleep(0.5)  # a few of its steps decoded
         stopped_at = time.monotonic()
         os.killpg(serve.popen.pid, signal.SIGINT)
         try:
