@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from audit import chain, merkle
+from audit import chain, descriptive, merkle
 from audit.bundle_format import (
     ANSWER,
-    BUNDLE_FORMAT_VERSION,
     CHAIN,
     CHECKPOINT,
     DISCLOSURES,
@@ -27,38 +26,22 @@ from audit.bundle_format import (
     LEDGER_LEAF,
     MANIFEST,
     MATTER,
+    MEMBER_NAMES,
     MODELS,
     PARAMS,
     PROMPT,
-    README,
     RECORDS,
-    REPORT,
     TIMESTAMP,
-    VERIFICATION,
     VERIFIER_KEY,
     deterministic_zip,
     json_member,
     manifest_member,
     matter_member_names,
-    member_names,
     trail_member,
 )
+from audit.trail_facts import NO_TEXTS, Texts  # noqa: F401 (callers name bundle.NO_TEXTS)
 
 BundleRecord = tuple[int, str, str, str]  # (seq, prev_hash, record_hash, payload_text)
-
-
-@dataclass(frozen=True)
-class Texts:
-    """The bound texts a bundle discloses: `disclosures` is disclosures.json's object (per bound
-    field, its salt and, for fields without a member of their own, its value; or withheld), and
-    prompt and answer are prompt.txt and answer.txt ("" when withheld)."""
-
-    disclosures: dict
-    prompt: str = ""
-    answer: str = ""
-
-
-NO_TEXTS = Texts({})  # a v1 trail binds none
 
 
 @dataclass(frozen=True)
@@ -150,12 +133,10 @@ def bundle_bytes(
     texts: Texts,
     models: dict,
     params: dict,
-    verification_text: str,
-    readme_text: str,
-    report_pdf: bytes | None = None,
 ) -> bytes:
-    """The bundle's zip bytes. Writes what it is given; verifying it is the verifier's job.
-    With a report, bundle format 3; without, format 2 (as bundles before the report were)."""
+    """The bundle's zip bytes (bundle format 4). Writes what it is given, then README.txt,
+    verification.txt and report.pdf made from it (audit.descriptive); verifying it is the
+    verifier's job."""
     trail = TrailEvidence(
         records,
         trail_id,
@@ -174,13 +155,10 @@ def bundle_bytes(
             timestamp_token=timestamp_token,
             verifier_key=verifier_key,
         ),
-        REPORT: report_pdf,
-        VERIFICATION: verification_text.encode("utf-8"),
-        README: readme_text.encode("utf-8"),
     }
-    version = 2 if report_pdf is None else BUNDLE_FORMAT_VERSION
-    ordered = [(name, members[name]) for name in member_names(version) if name != MANIFEST]
-    return deterministic_zip(ordered + [(MANIFEST, manifest_member(ordered, version))])
+    members.update(descriptive.trail_descriptive(members))
+    ordered = [(name, members[name]) for name in MEMBER_NAMES if name != MANIFEST]
+    return deterministic_zip(ordered + [(MANIFEST, manifest_member(ordered))])
 
 
 def matter_bundle_bytes(
@@ -190,13 +168,10 @@ def matter_bundle_bytes(
     checkpoint_note: str,
     timestamp_token: bytes | None,
     verifier_key: str,
-    report_pdf: bytes,
-    verification_text: str,
-    readme_text: str,
 ) -> bytes:
     """A matter bundle's zip bytes: matter.json (which lists `trails`, in the same order), the
-    signed members, each trail's members under trails/<id>/, the report, the texts, the
-    manifest (bundle_format.matter_member_names gives the order)."""
+    signed members, each trail's members under trails/<id>/, the report and the texts made from
+    them (audit.descriptive), the manifest (bundle_format.matter_member_names gives the order)."""
     listed = [entry["trail_id"] for entry in matter["trails"]]
     if listed != [trail.trail_id for trail in trails]:
         raise ValueError("matter.json must list exactly the trails given, in their order")
@@ -207,14 +182,12 @@ def matter_bundle_bytes(
             timestamp_token=timestamp_token,
             verifier_key=verifier_key,
         ),
-        REPORT: report_pdf,
-        VERIFICATION: verification_text.encode("utf-8"),
-        README: readme_text.encode("utf-8"),
     }
     size = matter["tree_size"]
     for trail in trails:
         for name, data in trail_members(trail, tree_size=size).items():
             members[trail_member(trail.trail_id, name)] = data
+    members.update(descriptive.matter_descriptive(members))
     names = matter_member_names(listed)
     ordered = [(name, members[name]) for name in names if name != MANIFEST]
     return deterministic_zip(ordered + [(MANIFEST, manifest_member(ordered))])

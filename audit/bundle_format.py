@@ -16,8 +16,11 @@ from collections.abc import Sequence
 
 from audit import chain
 
-# 3: a one-trail bundle carries report.pdf; a format-2 bundle (without it) still verifies.
-BUNDLE_FORMAT_VERSION = 3
+# 3: a one-trail bundle carries report.pdf; 2 (without it) still verifies.
+# 4: README.txt, verification.txt and report.pdf are made from the other members
+# (audit.descriptive) and verifiers require them byte for byte; 2 and 3 did not prove them.
+BUNDLE_FORMAT_VERSION = 4
+PROVEN_DESCRIPTIVE_SINCE = 4
 RECORDS = "records.jsonl"
 CHAIN = "chain.json"
 LEDGER_LEAF = "ledger-leaf.json"
@@ -54,11 +57,6 @@ MEMBER_NAMES = (
     MANIFEST,
 )
 MEMBER_NAMES_V2 = tuple(name for name in MEMBER_NAMES if name != REPORT)
-
-
-def member_names(format_version: int) -> tuple[str, ...]:
-    """A one-trail bundle's members, in order, in bundle format 2 or 3."""
-    return MEMBER_NAMES_V2 if format_version == 2 else MEMBER_NAMES
 
 
 # A matter bundle: many trails of one matter under one checkpoint. Its own members, in order:

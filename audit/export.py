@@ -7,15 +7,11 @@ import uuid
 from collections.abc import Collection
 from pathlib import Path
 
-from django.conf import settings
-from django.template.loader import render_to_string
-
 from . import binding, bundle, bundle_format, checkpoints, claims, decision_rule
 from .bundle_format import TEXT_MEMBERS
 from .keys import signer_of
 from .log import NotYetCovered, inclusion_of
 from .models import DecisionRecord, Trail
-from .report import TrailFacts, trail_report
 from .tiles import LogIncomplete
 from .verification import verify_trails
 
@@ -50,25 +46,8 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
         inclusion = inclusion_of(trail.id)
     except (NotYetCovered, LogIncomplete) as exc:
         raise ExportError(str(exc)) from exc
-    report = verify_trails([trail.id], scope=f"trail {trail.id}")
+    require_intact([trail.id], f"trail {trail.id}")
     models, params = described(records)
-    verification = "\n".join(report.lines())
-    readme = render_to_string(
-        "audit/bundle_readme.txt",
-        {
-            "trail_id": trail.id,
-            "job_id": trail.job_id,
-            "attempt": trail.attempt,
-            "record_count": len(records),
-            "format_version": trail.format_version,
-            "withheld": sorted(withhold),
-            "outcome": trail.outcome,
-            "sealed_at": trail.sealed_at.isoformat(timespec="seconds") if trail.sealed_at else "?",
-            "tree_size": inclusion.checkpoint.tree_size,
-            "origin": settings.PATHFINDER_LOG_ORIGIN,
-            "verification": verification,
-        },
-    )
     payloads = [json.loads(record[3]) for record in records]
     for group in sorted(withhold):
         carried = carried_in_clear(payloads, group)
@@ -80,12 +59,6 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
                 "not at all"
             )
     texts = texts_of(trail, records, withhold)
-    pdf = trail_report(
-        facts=TrailFacts.of(listing(trail, inclusion.leaf_index), payloads, texts, trail.head_hash),
-        verification=verification,
-        checkpoint_note=inclusion.checkpoint.note,
-        origin=settings.PATHFINDER_LOG_ORIGIN,
-    )
     out = Path(out)
     bundle.write_bundle(
         out,
@@ -102,11 +75,18 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
         texts=texts,
         models=models,
         params=params,
-        verification_text=verification + "\n",
-        readme_text=readme,
-        report_pdf=pdf,
     )
     return out
+
+
+def require_intact(trail_ids: Collection[uuid.UUID], scope: str) -> None:
+    """Refuse to export trails the store does not verify: the bundle's verification.txt states
+    its claims as checked (audit.descriptive)."""
+    report = verify_trails(trail_ids, scope=scope)
+    if not report.ok:
+        raise ExportError(
+            "\n".join(["the store does not verify; nothing exported:", *report.lines()])
+        )
 
 
 def listing(trail: Trail, leaf_index: int) -> dict:

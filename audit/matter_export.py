@@ -12,22 +12,16 @@ selection under the same checkpoint rebuilds it byte for byte.
 from __future__ import annotations
 
 import datetime
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.conf import settings
-from django.template.loader import render_to_string
-
-from . import bundle, tiles
+from . import bundle, descriptive, tiles
 from .bundle_format import MATTER_FORMAT_VERSION
-from .export import ExportError, described, listing, signer, texts_of
+from .export import ExportError, described, listing, require_intact, signer, texts_of
 from .log import latest_checkpoint, log_size
 from .models import DecisionRecord, LedgerEntry, Trail
-from .report import TrailFacts, matter_report
-from .verification import verify_trails
 
 
 @dataclass(frozen=True)
@@ -40,12 +34,9 @@ class MatterSelection:
     until: datetime.date | None = None
 
     def described(self) -> str:
-        days = (
-            f" from {self.since or 'the first job'} to {self.until or 'the last'} (UTC, inclusive)"
-            if self.since or self.until
-            else ""
+        return descriptive.selection_of(
+            {"matter": self.matter, "since": _day(self.since), "until": _day(self.until)}
         )
-        return f"every trail of matter {self.matter!r}{days}"
 
 
 @dataclass(frozen=True)
@@ -83,7 +74,7 @@ def matter_export(
         )
     included.sort(key=lambda item: item[0])  # log order
     tree = tiles.Tiles(size)
-    evidence, facts, listed = [], [], []
+    evidence, listed = [], []
     for seq, trail, entry in included:
         records = list(
             DecisionRecord.objects.filter(trail=trail)
@@ -99,46 +90,22 @@ def matter_export(
             )
         )  # fmt: skip
         listed.append(listing(trail, seq))
-        payloads = [json.loads(record[3]) for record in records]
-        # trail.head_hash, not the last record's: a trail whose models never loaded has none.
-        facts.append(TrailFacts.of(listed[-1], payloads, texts, trail.head_hash))
-    report = verify_trails([trail.id for _, trail, _ in included], scope=selection.described())
-    verification = "\n".join(report.lines()) + "\n"
+    require_intact([trail.id for _, trail, _ in included], selection.described())
     matter_doc = {
         "format_version": MATTER_FORMAT_VERSION,
         "matter": selection.matter,
-        "since": selection.since.isoformat() if selection.since else None,
-        "until": selection.until.isoformat() if selection.until else None,
+        "since": _day(selection.since),
+        "until": _day(selection.until),
         "tree_size": size,
         "trails": listed,
         "left_out": left_out,
     }
-    origin = settings.PATHFINDER_LOG_ORIGIN
-    described_selection = selection.described()
     data = bundle.matter_bundle_bytes(
         matter=matter_doc,
         trails=evidence,
         checkpoint_note=checkpoint.note,
         timestamp_token=checkpoint.timestamp_token,
         verifier_key=signer(checkpoint.note),
-        report_pdf=matter_report(
-            matter=matter_doc,
-            selection=described_selection,
-            trails=facts,
-            verification=verification,
-            checkpoint_note=checkpoint.note,
-            origin=origin,
-        ),
-        verification_text=verification,
-        readme_text=render_to_string(
-            "audit/matter_readme.txt",
-            {
-                "matter": matter_doc,
-                "selection": described_selection,
-                "origin": origin,
-                "verification": verification,
-            },
-        ),
     )
     digest = bundle.write_zip(out, data)
     trail_ids = [entry["trail_id"] for entry in listed]
@@ -147,3 +114,7 @@ def matter_export(
 
 def _left_out(trail: Trail, reason: str) -> dict:
     return {"trail_id": str(trail.id), "job_id": str(trail.job_id), "reason": reason}
+
+
+def _day(day: datetime.date | None) -> str | None:
+    return day.isoformat() if day else None

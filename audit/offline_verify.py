@@ -4,9 +4,9 @@
         [--witness-key WITNESS_KEY ...] [--witness-quorum N] [--tsa-cert TSA_ROOTS.pem]
     python -m audit.offline_verify BUNDLE.zip --allow-unpinned
 
-Imports only the standard library, `cryptography` and the pure modules audit.chain,
-audit.binding, audit.merkle, audit.checkpoints and audit.bundle_format (never Django), so an
-examiner can run it on a machine of their own with nothing but those files.
+Imports only the standard library, `cryptography`, ReportLab (to make report.pdf again) and the
+pure modules of audit it names (never Django), so an examiner can run it on a machine of their
+own with nothing but those files.
 
 What a passing bundle proves: the records in records.jsonl form an unbroken hash chain from the
 genesis hash of their trail; the chain opens with the request and ends with the answer (format
@@ -18,8 +18,10 @@ quorum of the witnesses you pinned, and timestamped by the authority you pinned.
 only then.
 Without a pinned key the signature only shows the bundle is internally consistent, since whoever
 made the bundle also chose the key: it exits 3 unless --allow-unpinned says you know.
-models.json, params.json, report.pdf, verification.txt and README.txt are covered by the
-manifest only; the signed records themselves carry the models and parameters.
+models.json and params.json must be what the first record names, byte for byte; README.txt,
+verification.txt and report.pdf (bundle format 4) what audit.descriptive makes from the other
+members. A bundle of format 2 or 3 did not prove those three: it fails unless
+--unproven-descriptive says to check the rest and disregard them.
 
 A matter bundle (matter.json) holds many trails under one checkpoint: each is checked as a
 bundle of its own, and against its listing (its request record must name the matter).
@@ -40,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from audit import binding, chain, checkpoints, der, merkle
+from audit import binding, chain, checkpoints, der, descriptive, merkle
 from audit.bundle_format import (
     ANSWER,
     BUNDLE_FORMAT_VERSION,
@@ -59,6 +61,7 @@ from audit.bundle_format import (
     MODELS,
     PARAMS,
     PROMPT,
+    PROVEN_DESCRIPTIVE_SINCE,
     README,
     RECORDS,
     REPORT,
@@ -91,6 +94,7 @@ class Check:
     name: str
     failures: list[str] = field(default_factory=list)
     detail: str = ""
+    skipped: bool = False  # not run, because what it needs failed an earlier check
 
     @property
     def ok(self) -> bool:
@@ -142,6 +146,7 @@ class _Bundle:
     checkpoint: checkpoints.Checkpoint | None = None
     contents: binding.Contents | None = None
     first_record: object = None  # the first record's payload, decoded (None: none readable)
+    bundle_format: int | None = None  # the manifest's format_version, once it was accepted
     question: str | None = None  # what the verified bundle says was asked, for the report
     answer: str | None = None
 
@@ -279,13 +284,15 @@ def _check_manifest(b: _Bundle, names: list[str], check: Check) -> None:
     if not isinstance(manifest, dict) or set(manifest) != {"format_version", "files"}:
         check.fail("manifest must hold exactly format_version and files")
         return
-    # Format 3 carries report.pdf (a one-trail bundle's and every matter bundle's); 2 does not.
-    expected = BUNDLE_FORMAT_VERSION if REPORT in names else 2
-    if manifest["format_version"] != expected:
+    # Formats 3 and 4 carry report.pdf (a one-trail bundle's and every matter bundle's); 2 not.
+    expected = (3, BUNDLE_FORMAT_VERSION) if REPORT in names else (2,)
+    if manifest["format_version"] not in expected:
         check.fail(
             f"bundle format_version {manifest['format_version']!r}; these members are format "
-            f"{expected}'s"
+            f"{' or '.join(map(str, expected))}'s"
         )
+    else:
+        b.bundle_format = manifest["format_version"]
     files = manifest["files"]
     if not isinstance(files, dict):
         check.fail("manifest files is not an object")
@@ -648,14 +655,52 @@ def _check_described(b: _Bundle, check: Check) -> None:
         check.detail = "models.json and params.json are what the first record names, byte for byte"
 
 
-def _check_descriptive(b: _Bundle, check: Check) -> None:
-    if REPORT in b.members and not b.members[REPORT].startswith(b"%PDF-"):
-        check.fail(f"{REPORT} is not a PDF")
-    for name in (VERIFICATION, README):
-        b.text(name, check)
+def _check_descriptive(b: _Bundle, check: Check, evidence_ok: bool, unproven: bool) -> None:
+    """README.txt, verification.txt and report.pdf are what audit.descriptive makes from the
+    other members, byte for byte (bundle format 4); formats 2 and 3 did not prove them."""
+    if b.bundle_format is None:
+        check.fail("the bundle format is unknown (see the manifest check)")
+        return
+    if b.bundle_format < PROVEN_DESCRIPTIVE_SINCE:
+        why = (
+            f"bundle format {b.bundle_format} does not let a verifier prove {README}, "
+            f"{VERIFICATION} or {REPORT}"
+        )
+        if unproven:
+            check.detail = f"{why}: disregarded (--unproven-descriptive); they are not evidence"
+        else:
+            check.fail(
+                f"{why}: ask for a new export (format {BUNDLE_FORMAT_VERSION}), or pass "
+                "--unproven-descriptive to check the rest and disregard those three"
+            )
+        return
+    if not evidence_ok:  # the bundle has failed already; made from such evidence they prove nothing
+        check.skipped = True
+        check.detail = "not made again: the evidence failed the checks above"
+        return
+    try:
+        made = (
+            descriptive.matter_descriptive(b.members)
+            if MATTER in b.members
+            else descriptive.trail_descriptive(b.members)
+        )
+    except descriptive.Unreadable as exc:
+        check.fail(f"cannot make {README}, {VERIFICATION} and {REPORT} again: {exc}")
+        return
+    except ImportError:
+        check.fail(
+            f"{REPORT} is made again with ReportLab {descriptive.REPORTLAB_VERSION}, which is not "
+            f"installed: pip install reportlab=={descriptive.REPORTLAB_VERSION}"
+        )
+        return
+    for name in (README, VERIFICATION, REPORT):
+        if b.members.get(name) != made[name]:
+            check.fail(f"{name} is not what the bundle's evidence makes (audit.descriptive)")
+    if b.members.get(REPORT) != made[REPORT] and descriptive.reportlab_mismatch():
+        check.fail(descriptive.reportlab_mismatch())
     if not check.failures:
-        check.detail = "the texts are UTF-8" + (
-            f"; {REPORT} is a PDF" if REPORT in b.members else ""
+        check.detail = (
+            f"{README}, {VERIFICATION} and {REPORT} are what the evidence makes, byte for byte"
         )
 
 
@@ -698,11 +743,14 @@ def inspect_bundle(
     witness_keys: Sequence[str] = (),
     witness_quorum: int | None = None,
     tsa_pem: bytes | None = None,
+    unproven_descriptive: bool = False,
 ) -> Findings:
     """Every check of a bundle (a path, or the zip's bytes), in order, failures collected, and
     the question and answer it verified. `keys` are the pinned log verifier keys (several when
     the log's key was rotated); `witness_keys` the pinned witnesses, of which `witness_quorum`
-    (default: all) must have cosigned; `tsa_pem` the time-stamping authority's certificates."""
+    (default: all) must have cosigned; `tsa_pem` the time-stamping authority's certificates;
+    `unproven_descriptive` accepts a bundle of format 2 or 3, whose README.txt, verification.txt
+    and report.pdf nothing proves, and disregards those three."""
     container = Check("zip container")
     data = _bundle_bytes(source, container)
     if data is None:
@@ -721,11 +769,11 @@ def inspect_bundle(
         _check_members(names, b.check("members"))
         _check_manifest(b, names, b.check("manifest"))
         _check_trail(b, "")
+    evidence_ok = all(c.ok for c in b.checks)  # before the pins, which judge trust, not content
     _check_signed(b, keys, witness_keys, witness_quorum, tsa_pem)
+    _check_descriptive(b, b.check("descriptive files"), evidence_ok, unproven_descriptive)
     if doc is not None:
-        _check_matter_descriptive(b, b.check("descriptive files"))
         return Findings(b.checks, matter=doc)
-    _check_descriptive(b, b.check("descriptive files"))
     return Findings(b.checks, b.question, b.answer)
 
 
@@ -799,6 +847,12 @@ def _check_matter(b: _Bundle, names: list[str]) -> dict | None:
         isinstance(t, dict) and set(t) == {"trail_id", "job_id", "reason"} for t in left_out
     ):
         check.fail("left_out must be a list of objects with keys job_id, reason, trail_id")
+    else:
+        for entry in left_out:
+            if entry["trail_id"] in ids:
+                check.fail(
+                    f"trail {entry['trail_id']} is in the bundle and also listed as left out"
+                )
     for t in listed:
         if t["abandoned"] is not (t["outcome"] == "abandoned"):
             check.fail(f"trail {t['trail_id']}: abandoned must be true exactly when outcome is")
@@ -908,15 +962,6 @@ def _check_listed_trail(b: _Bundle, doc: dict, entry: dict) -> dict | None:
     return request
 
 
-def _check_matter_descriptive(b: _Bundle, check: Check) -> None:
-    if not b.members.get(REPORT, b"").startswith(b"%PDF-"):
-        check.fail(f"{REPORT} is not a PDF")
-    for name in (VERIFICATION, README):
-        b.text(name, check)
-    if not check.failures:
-        check.detail = f"{REPORT} is a PDF; the texts are UTF-8"
-
-
 def check_bundle(source: str | Path | bytes, **pins) -> list[Check]:
     return inspect_bundle(source, **pins).checks
 
@@ -930,10 +975,6 @@ UNPINNED_NOTE = (
     "NO LOG KEY PINNED: the checkpoint signature was checked only against the key inside the "
     "bundle, which whoever produced the bundle chose, so this proves consistency, not origin. "
     "Pin the log's verifier key, obtained out of band, with --key."
-)
-UNSIGNED_FILES_NOTE = (
-    "models.json, params.json, report.pdf, verification.txt and README.txt are protected by the "
-    "manifest only, not by the signature; the signed records carry the models and parameters."
 )
 
 
@@ -979,6 +1020,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="exit 0 without a pinned key (the result then proves consistency, not origin)",
     )
+    parser.add_argument(
+        "--unproven-descriptive",
+        action="store_true",
+        help="accept a bundle of format 2 or 3 and disregard its README.txt, verification.txt "
+        "and report.pdf, which that format does not prove",
+    )
     args = parser.parse_args(argv)
     if args.witness_quorum is not None and not 0 <= args.witness_quorum <= len(args.witness_key):
         parser.error("--witness-quorum must be between 0 and the number of --witness-key")
@@ -988,16 +1035,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         witness_keys=args.witness_key,
         witness_quorum=args.witness_quorum,
         tsa_pem=args.tsa_cert.read_bytes() if args.tsa_cert else None,
+        unproven_descriptive=args.unproven_descriptive,
     )
     print(f"Pathfinder evidence bundle {args.bundle}")
     for c in findings.checks:
-        if c.ok:
+        if c.skipped:
+            print(f"SKIP  {c.name}: {c.detail}")
+        elif c.ok:
             print(f"OK    {c.name}: {c.detail}" if c.detail else f"OK    {c.name}")
         else:
             print(f"FAIL  {c.name}:")
             for reason in c.failures:
                 print(f"        - {reason}")
-    print(f"NOTE  {UNSIGNED_FILES_NOTE}")
     if not args.witness_key:
         print("NOTE  No --witness-key: witness cosignatures were not checked.")
     if args.tsa_cert is None:

@@ -10,7 +10,6 @@ the exact texts.
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
 from reportlab.lib import colors
@@ -27,8 +26,7 @@ from reportlab.platypus import (
     TableStyle,
 )
 
-from . import binding
-from .bundle import Texts
+from audit.trail_facts import TrailFacts
 
 _STYLES = getSampleStyleSheet()
 BODY = ParagraphStyle("body", parent=_STYLES["BodyText"], fontName="Helvetica", fontSize=9.5)
@@ -60,73 +58,6 @@ def _shown(text: str) -> str:
         except UnicodeEncodeError:
             out.append(f"<U+{ord(char):04X}>")
     return escape("".join(out)).replace("\n", "<br/>")
-
-
-@dataclass(frozen=True)
-class TrailFacts:
-    """What the report says of one trail, read from its records and disclosed texts."""
-
-    trail_id: str
-    job_id: str
-    attempt: int
-    outcome: str
-    abandoned: bool
-    leaf_index: int
-    record_count: int
-    head_hash: str
-    models: dict
-    params: dict
-    question: str | None  # None: withheld or not bound
-    answer: str | None
-    steps: int
-    drafted: int
-    accepted: int
-    tokens: dict  # how many emitted tokens were accepted drafts, corrections, bonus tokens and
-    # plain target steps (nothing drafted)
-    rules: list[str]
-    stop: str | None
-
-    @classmethod
-    def of(cls, listed: dict, payloads: list[dict], texts: Texts, head_hash: str) -> TrailFacts:
-        decisions = [p for p in payloads if binding.kind_of(p) == binding.DECISION]
-        request = next((p for p in payloads if binding.kind_of(p) == binding.REQUEST), None)
-        first = decisions[0] if decisions else {}
-        models = (request or {}).get("models") or {
-            "draft": first.get("draft"),
-            "target": first.get("target"),
-        }
-        tokens = {"draft": 0, "correction": 0, "bonus": 0, "target": 0}
-        for decision in decisions:
-            for emitted in binding.emitted_from(decision):
-                tokens[emitted.source] += 1
-        disclosed = texts.disclosures
-        question = texts.prompt if "salt" in disclosed.get(binding.RENDERED, {}) else None
-        if question == "" and "value" in disclosed.get(binding.TOKEN_IDS, {}):
-            question = "token ids: " + " ".join(map(str, disclosed[binding.TOKEN_IDS]["value"]))
-        answer = texts.answer if "salt" in disclosed.get(binding.ANSWER_TEXT, {}) else None
-        answered = next((p for p in payloads if binding.kind_of(p) == binding.ANSWER), None)
-        if answer == "" and answered is not None:  # a model without a tokenizer: ids only
-            answer = "token ids: " + " ".join(map(str, answered.get("output_token_ids") or []))
-        return cls(
-            trail_id=listed["trail_id"],
-            job_id=listed["job_id"],
-            attempt=listed["attempt"],
-            outcome=listed["outcome"],
-            abandoned=listed["abandoned"],
-            leaf_index=listed["leaf_index"],
-            record_count=len(payloads),
-            head_hash=head_hash,
-            models=models,
-            params=(request or first).get("params") or {},
-            question=question,
-            answer=answer,
-            steps=len(decisions),
-            drafted=sum(len(d.get("drafted") or []) for d in decisions),
-            accepted=sum(d.get("accepted_count", 0) for d in decisions),
-            tokens=tokens,
-            rules=sorted({d.get("rule", "") for d in decisions}),
-            stop=decisions[-1].get("stop") if decisions else None,
-        )
 
 
 def _table(rows: list[tuple], widths: list[float]) -> Table:

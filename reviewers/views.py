@@ -14,6 +14,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from audit import descriptive
+
 from . import charts, selectors, services
 from .custody_chain import custody_chain_pending, custody_verify
 from .forms import (
@@ -256,7 +258,7 @@ def job_sign_off(request, job_id: uuid.UUID):
 def bundle_verify(request):
     """The in-browser verifier (static/reviewers/verify.js): the page only hosts it; every
     check runs on the reviewer's machine against the keys they pinned."""
-    return render(request, "reviewers/verify.html")
+    return render(request, "reviewers/verify.html", {"bundle_texts": descriptive.TEXTS})
 
 
 @login_required

@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 from audit import binding, bundle, chain, checkpoints, merkle
-from audit.report import TrailFacts, matter_report
 from tests.data import make_golden_vectors_v2 as v2
 
 HERE = Path(__file__).parent
@@ -21,8 +20,6 @@ ABANDONED_TRAIL = "9e8d7c6b-5a49-4838-a726-15f4e3d2c1b0"
 ABANDONED_JOB = "4b3a2918-0706-4f5e-8d4c-3b2a19080706"
 ABANDONED_SALT = "6b" * 32
 ABANDONED_INDEX = 3  # the golden trail is leaf 2 of the same tree of 5
-SELECTION = f"every trail of matter {MATTER_NAME!r}"
-VERIFICATION = "Verified every trail of matter 'Golden v. Vectors': INTACT (golden sample).\n"
 
 
 def _abandoned_records() -> list[tuple[int, str, str, str]]:
@@ -134,28 +131,12 @@ def build() -> bytes:
         "trails": listed,
         "left_out": [],
     }
-    facts = [
-        TrailFacts.of(entry, [json.loads(r[3]) for r in trail.records], trail.texts, head)
-        for entry, trail, head in zip(
-            listed, trails, (golden[-1][2], abandoned[-1][2]), strict=True
-        )
-    ]
     return bundle.matter_bundle_bytes(
         matter=matter,
         trails=trails,
         checkpoint_note=note,
         timestamp_token=None,
         verifier_key=log_verifier,
-        report_pdf=matter_report(
-            matter=matter,
-            selection=SELECTION,
-            trails=facts,
-            verification=VERIFICATION,
-            checkpoint_note=note,
-            origin=v2.ORIGIN,
-        ),
-        verification_text=VERIFICATION,
-        readme_text="PATHFINDER MATTER BUNDLE (golden sample)\n",
     )
 
 

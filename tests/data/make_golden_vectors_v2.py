@@ -169,8 +169,6 @@ def build() -> tuple[dict, bytes]:
         texts=bundle.Texts(disclosures, QUESTION.rendered, ANSWER.text),
         models={"draft": MODEL, "target": MODEL},
         params=QUESTION.params,
-        verification_text="Verified trail 7d1f0c2e-4b3a-4e5d-9c8b-0a1b2c3d4e5f: INTACT.\n",
-        readme_text="PATHFINDER EVIDENCE BUNDLE (golden sample)\n",
     )
     vectors = {
         "about": "Audit format 2 golden vectors; docs/audit-format.md specifies each value.",

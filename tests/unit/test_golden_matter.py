@@ -35,3 +35,37 @@ def test_it_lists_the_abandoned_attempt_marked():
         ("succeeded", False),
         ("abandoned", True),
     ]
+
+
+def test_bundles_of_the_formats_before_4_fail_unless_their_descriptive_members_are_disregarded():
+    """Golden samples as they were committed before bundle format 4: their README.txt,
+    verification.txt and report.pdf cannot be proven, so they verify only when told to
+    disregard those three, and then verify whole."""
+    pins = {"keys": [KEYS["log_verifier"]], "witness_keys": [KEYS["witness_verifier"]]}
+    for name in ("sample-bundle-format2.zip", "sample-matter-format3.zip"):
+        old = (DATA / "legacy" / name).read_bytes()
+        failures = verify_bundle(old, **pins)
+        assert len(failures) == 1 and failures[0].startswith("descriptive files: bundle format")
+        assert verify_bundle(old, **pins, unproven_descriptive=True) == []
+
+
+def test_a_trail_in_the_bundle_cannot_also_be_declared_left_out():
+    from audit import bundle_format
+
+    with zipfile.ZipFile(io.BytesIO(SAMPLE)) as archive:
+        members = {i.filename: archive.read(i) for i in archive.infolist()}
+    matter = json.loads(members["matter.json"])
+    trail = matter["trails"][0]
+    matter["left_out"] = [
+        {"trail_id": trail["trail_id"], "job_id": trail["job_id"], "reason": "still open"}
+    ]
+    members["matter.json"] = bundle_format.json_member(matter)
+    body = [(n, d) for n, d in members.items() if n != "manifest.json"]
+    forged = bundle_format.deterministic_zip(
+        [*body, ("manifest.json", bundle_format.manifest_member(body))]
+    )
+    failures = verify_bundle(forged, keys=[KEYS["log_verifier"]])
+    assert (
+        f"matter.json: trail {trail['trail_id']} is in the bundle and also listed as left out"
+        in failures
+    )

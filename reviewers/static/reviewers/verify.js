@@ -11,7 +11,9 @@
    leads to the checkpoint's root, every decision obeys the rule its numbers force
    (decision-rule.js, which the page loads first), the disclosed texts match their salted digests (and, in a
    matter bundle, the trail is the one listed, of the matter); the checkpoint is signed by a
-   pinned log key; every pinned witness cosigned it.
+   pinned log key; every pinned witness cosigned it; README.txt and verification.txt are what the
+   other members make (bundle format 4; report.pdf is left to offline_verify, and the verdict
+   says so).
 
    PathfinderVerify.verify(bytes, {logKeys: [...], witnessKeys: [...]}) resolves to
    {ok, kind, checks: [{name, ok, failures, detail}]} and never rejects; the page's form runs it
@@ -176,6 +178,98 @@
     "verifier-key.txt", ...ids.flatMap((id) => TRAIL_MEMBERS.map((n) => `trails/${id}/${n}`)),
     "report.pdf", "verification.txt", "README.txt", "manifest.json"];
   const TEXT_MEMBERS = { "prompt.rendered": "prompt.txt", "answer.text": "answer.txt" };
+
+  // --- README.txt and verification.txt, made from the other members (bundle format 4) ---------
+  // A port of audit.descriptive: the README templates are the same file (audit/bundle_texts.json,
+  // which the page carries); report.pdf is laid out by ReportLab, which only offline_verify runs.
+
+  const fill = (template, values) => template.replace(/\{([a-z_]+)\}/g, (_, key) => {
+    if (!(key in values)) throw new Error(`no value for {${key}}`);
+    return String(values[key]);
+  });
+  const quoted = (s) => JSON.stringify(s);
+  const CLAIMS_HEAD = ["Claims of this bundle, each checked by python -m audit.offline_verify (the service",
+    "checked them against its store before it exported the bundle):"];
+
+  function trailFacts(m, prefix) {
+    const chain = JSON.parse(text(m.get(prefix + "chain.json")));
+    const leaf = JSON.parse(text(m.get(prefix + "ledger-leaf.json")));
+    const sealed = JSON.parse(leaf.payload);
+    const lines = text(m.get(prefix + "records.jsonl")).split("\n");
+    const payloads = lines.at(-1) === "" ? lines.slice(0, -1).map((l) => JSON.parse(l)) : [];
+    const request = payloads.find((p) => p && typeof p === "object" && p.kind === "request");
+    const attempt = request?.attempt;
+    return { trailId: chain.trail_id, jobId: sealed.job, outcome: sealed.outcome,
+      attempt: attempt === undefined || attempt === null ? null : attempt, leafIndex: leaf.index,
+      count: payloads.length, head: chain.head_hash, formatVersion: chain.format_version };
+  }
+  function signedOf(m) {
+    const note = text(m.get("checkpoint.txt"));
+    const { origin, size } = parseNote(note);
+    const signers = note.split("\n").filter((l) => l.startsWith("\u2014 ")).map((l) => l.slice(2).split(" ")[0]);
+    return { origin, size, signers };
+  }
+  const trailClaim = (f) => `- trail ${f.trailId} (job ${f.jobId}, ${f.attempt === null ? "no attempt recorded" : "attempt " + f.attempt}): `
+    + `${f.count} records chained from its genesis to head ${f.head}; ledger entry ${f.leafIndex} seals that count `
+    + `and head with outcome "${f.outcome}" and is in the checkpoint's tree`;
+  const checkpointClaim = (s) => `- the checkpoint states a tree of ${s.size} trails of log ${quoted(s.origin)}, `
+    + `signed by ${s.signers.join(", ") || "nobody"}`;
+  function selectionOf(matter) {
+    const { since, until } = matter;
+    const days = since || until ? ` from ${since || "the first job"} to ${until || "the last"} (UTC, inclusive)` : "";
+    return `every trail of matter ${quoted(matter.matter)}${days}`;
+  }
+  function trailTexts(m, texts) {  // -> {"verification.txt": ..., "README.txt": ...}
+    const f = trailFacts(m, ""), s = signedOf(m);
+    const verification = [...CLAIMS_HEAD, trailClaim(f), checkpointClaim(s)].join("\n") + "\n";
+    const disclosures = JSON.parse(text(m.get("disclosures.json")));
+    const withheld = Object.keys(disclosures).filter((n) => {
+      const e = disclosures[n];
+      return e && typeof e === "object" && Object.keys(e).length === 1 && e.withheld === true;
+    }).sort();
+    const readme = fill(texts.trail_readme, { trail_id: f.trailId, job_id: f.jobId,
+      attempt: f.attempt === null ? "not recorded" : f.attempt, record_count: f.count,
+      format_version: f.formatVersion, outcome: f.outcome, origin: s.origin, tree_size: s.size,
+      withheld: withheld.length ? ` Withheld: ${withheld.join(", ")}.` : "", verification,
+      reportlab: texts.reportlab });
+    return { "verification.txt": verification, "README.txt": readme };
+  }
+  function matterTexts(m, texts) {
+    const matter = JSON.parse(text(m.get("matter.json"))), s = signedOf(m);
+    const trails = matter.trails.map((t) => trailFacts(m, `trails/${t.trail_id}/`));
+    const leftOut = matter.left_out.length;
+    const verification = [...CLAIMS_HEAD,
+      `- ${trails.length} trail(s) of matter ${quoted(matter.matter)}, each with a request record naming that matter`,
+      ...trails.map(trailClaim), checkpointClaim(s),
+      `- ${leftOut} trail(s) left out, listed in matter.json with the reason`].join("\n") + "\n";
+    const readme = fill(texts.matter_readme, { matter: quoted(matter.matter),
+      selection: selectionOf(matter), trails: trails.length, origin: s.origin, tree_size: s.size,
+      left_out: leftOut ? `\n${leftOut} trail(s) of the selection are left out and listed in matter.json `
+        + "with the reason (still open, or sealed after the checkpoint)." : "",
+      verification, reportlab: texts.reportlab });
+    return { "verification.txt": verification, "README.txt": readme };
+  }
+  // README.txt and verification.txt byte for byte; report.pdf is left to offline_verify, and
+  // the verdict says so. Formats 2 and 3 proved none of the three (offline_verify's rule).
+  function checkDescriptive(m, isMatter, format, others, texts, check) {
+    const three = "README.txt, verification.txt or report.pdf";
+    if (format === null) { check.fail("the bundle format is unknown (see the manifest check)"); return; }
+    if (format < 4) {
+      check.fail(`bundle format ${format} does not let a verifier prove ${three}: ask for a new export (format 4)`);
+      return;
+    }
+    if (others.some((c) => !c.ok)) { check.detail = "not made again: the evidence failed the checks above"; return; }
+    if (!texts) { check.fail("this page carries no README templates (audit/bundle_texts.json)"); return; }
+    let made;
+    try { made = isMatter ? matterTexts(m, texts) : trailTexts(m, texts); } catch (e) {
+      check.fail(`cannot make README.txt, verification.txt and report.pdf again: ${e.message}`);
+      return;
+    }
+    for (const name of ["README.txt", "verification.txt"]) {
+      if (!equal(m.get(name) ?? new Uint8Array(), utf8(made[name]))) check.fail(`${name} is not what the bundle's evidence makes (audit.descriptive)`);
+    }
+    if (check.ok) check.detail = "README.txt and verification.txt are what the evidence makes, byte for byte; report.pdf is made again only by python -m audit.offline_verify (ReportLab), not in this browser";
+  }
 
   // --- the checks ------------------------------------------------------------------------------
 
@@ -520,10 +614,14 @@
     if (!expected.some((e) => e.join("\n") === names.join("\n"))) membersCheck.fail("not exactly the format's members, in order");
 
     const manifestCheck = add("manifest");
+    let format = null;
     try {
       const s = text(m.get("manifest.json"));
       if (!isCanonical(s)) manifestCheck.fail("manifest is not canonical JSON");
-      const files = JSON.parse(s).files;
+      const manifest = JSON.parse(s), files = manifest.files;
+      const allowed = names.includes("report.pdf") ? [3, 4] : [2];
+      if (!allowed.includes(manifest.format_version)) manifestCheck.fail(`bundle format_version ${manifest.format_version}; these members are format ${allowed.join(" or ")}'s`);
+      else format = manifest.format_version;
       const others = names.filter((n) => n !== "manifest.json");
       if (Object.keys(files).sort().join("\n") !== [...others].sort().join("\n")) manifestCheck.fail("the manifest does not list exactly the other members");
       for (const n of others) {
@@ -559,6 +657,7 @@
       if (failure) stamp.fail(`checkpoint.tsr is not an RFC 3161 timestamp response: ${failure}`);
       else stamp.detail = "checkpoint.tsr is a granted RFC 3161 response; its signature and time need the authority's certificate (offline_verify --tsa-cert)";
     }
+    const evidence = [...checks];  // before the pins, which judge trust, not content
     if (note) {
       try {
         await checkSignature(note, text(m.get("verifier-key.txt") ?? new Uint8Array()), noteCheck);
@@ -570,7 +669,9 @@
         try { await checkCosignatures(note, pins.witnessKeys, cosign); } catch (e) { cosign.fail(e.message); }
       }
     }
-    return result(isMatter ? "matter" : "trail");
+    const descriptiveCheck = add("descriptive files");
+    checkDescriptive(m, isMatter, format, evidence, pins.texts ?? globalThis.PathfinderBundleTexts, descriptiveCheck);
+    return { ...result(isMatter ? "matter" : "trail"), unproven: descriptiveCheck.ok ? ["report.pdf"] : [] };
   }
 
   // --- the page ---------------------------------------------------------------------------------
@@ -584,7 +685,8 @@
     verdict.id = "verdict";
     verdict.className = outcome.ok ? "badge ok" : "badge broken";
     const failed = outcome.checks.filter((c) => !c.ok);
-    verdict.textContent = outcome.ok ? `Verified in this browser: ${outcome.checks.length} checks passed`
+    const except = (outcome.unproven ?? []).length ? ` (except ${outcome.unproven.join(", ")}: only python -m audit.offline_verify makes it again)` : "";
+    verdict.textContent = outcome.ok ? `Verified in this browser${except}: ${outcome.checks.length} checks passed`
       : `NOT verified: ${failed.map((c) => c.name).join("; ")} failed`;
     where.append(verdict);
     const list = document.createElement("ul");
@@ -616,7 +718,7 @@
         return;
       }
       where.textContent = "Checking…";
-      const pins = { logKeys: pinned("log-keys"), witnessKeys: pinned("witness-keys") };
+      const pins = { logKeys: pinned("log-keys"), witnessKeys: pinned("witness-keys"), texts: globalThis.PathfinderBundleTexts };
       show(await inWorker(form, new Uint8Array(await file.arrayBuffer()), pins), where);
     });
   }
@@ -640,6 +742,8 @@
 
   globalThis.PathfinderVerify = { verify, canonical };
   if (typeof document === "undefined") return;  // inside verify-worker.js
+  const carried = document.getElementById("bundle-texts");  // README templates, for the worker too
+  if (carried) globalThis.PathfinderBundleTexts = JSON.parse(carried.textContent);
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", wire);
   else wire();
 })();

@@ -225,10 +225,6 @@ def build(
         texts=disclosed() if format_version == 2 else bundle.NO_TEXTS,
         # What the first record names, as the exporter derives them (audit.export.described).
         **dict(zip(("models", "params"), first_named(records), strict=True)),
-        verification_text="Verified by Pathfinder: 4 records, 0 failures.\n",
-        readme_text="Evidence bundle for one generation.\n\nCertified by: ________\n",
-        # Bundle format 3's report; what audit.report writes is checked in tests/integration.
-        report_pdf=b"%PDF-1.4\n% a stand-in report for the layout tests\n",
     )
     fields.update(over)
     return bundle.bundle_bytes(**fields)
@@ -304,9 +300,6 @@ def _fields_of(key):
         ),
         models=json.loads(members["models.json"]),
         params=json.loads(members["params.json"]),
-        verification_text=members["verification.txt"].decode(),
-        readme_text=members["README.txt"].decode(),
-        report_pdf=members["report.pdf"],
     )
 
 
@@ -668,6 +661,9 @@ def test_the_verifier_never_imports_django():
         ("checkpoints", {"cryptography"}),
         ("offline_verify", {"cryptography", "audit"}),
         ("bundle", {"audit"}),
+        ("descriptive", {"audit", "reportlab"}),  # ReportLab only to make report.pdf
+        ("trail_facts", {"audit"}),
+        ("report", {"audit", "reportlab"}),
         ("bundle_format", {"audit"}),
         ("binding", {"audit"}),
         ("decision_rule", set()),
@@ -684,6 +680,9 @@ def test_the_evidence_modules_import_only_what_they_may(module, allowed):
         "audit.bundle_format",
         "audit.decision_rule",
         "audit.der",
+        "audit.descriptive",
+        "audit.trail_facts",
+        "audit.report",
         "audit.timestamps",  # only for --tsa-cert, imported when it is given
     }
     for node in ast.walk(tree):
@@ -703,19 +702,64 @@ def test_the_evidence_modules_import_only_what_they_may(module, allowed):
                 assert name in audit_ok, f"{module} imports {name}"
 
 
-def test_a_report_that_is_not_a_pdf_is_named(key):
-    assert "descriptive files" in failed_checks(build(key, report_pdf=b"<html>a report</html>"))
+def _repacked(data: bytes, edits: dict, version: int = bundle_format.BUNDLE_FORMAT_VERSION):
+    """The bundle with members replaced (None drops one) and a manifest redone for them, as a
+    forger who knows the format would."""
+    members = dict(_members(data)[:-1])
+    for name, value in edits.items():
+        if value is None:
+            del members[name]
+        else:
+            members[name] = value
+    body = list(members.items())
+    manifest = bundle_format.manifest_member(body, version)
+    return bundle_format.deterministic_zip([*body, ("manifest.json", manifest)])
 
 
-def test_a_format_2_bundle_without_a_report_still_verifies(key):
-    data = build(key, report_pdf=None)
-    assert "report.pdf" not in dict(_members(data)) and verify_bundle(data) == []
-    # ...but a format-3 manifest over format-2 members does not.
-    members = _members(data)[:-1]
-    relabelled = bundle_format.deterministic_zip(
-        [*members, ("manifest.json", bundle_format.manifest_member(members, 3))]
-    )
-    assert "manifest" in failed_checks(relabelled)
+@pytest.mark.parametrize(
+    ("member", "forged"),
+    [
+        ("README.txt", lambda b: b.replace(b"(attempt 1)", b"(attempt 1), sealed on 2020-01-01")),
+        ("README.txt", lambda b: b.replace(b"I, _____", b"I, Jane Doe")),
+        ("verification.txt", lambda b: b + b"- the trail was reviewed by a judge\n"),
+        ("report.pdf", lambda b: b.replace(b"/Author (Pathfinder)", b"/Author (Someone)")),
+        ("report.pdf", lambda b: b"%PDF-1.4\n% a made-up report\n"),
+    ],
+)
+def test_a_rewritten_descriptive_member_fails_though_the_manifest_was_redone(key, member, forged):
+    data = build(key)
+    original = dict(_members(data))[member]
+    changed = forged(original)
+    assert changed != original
+    forged_bundle = _repacked(data, {member: changed})
+    failures = verify_bundle(forged_bundle, keys=[key[1]])
+    assert failures == [
+        f"descriptive files: {member} is not what the bundle's evidence makes (audit.descriptive)"
+    ]
+
+
+def test_the_descriptive_members_say_what_the_evidence_says(key):
+    members = dict(_members(build(key)))
+    readme, verification = members["README.txt"].decode(), members["verification.txt"].decode()
+    assert f"Trail {TRAIL} of generation job" in readme and verification in readme
+    assert f"- trail {TRAIL} (job " in verification and "4 records chained" in verification
+    assert f"ledger entry {LEAF_INDEX} seals" in verification
+    assert members["report.pdf"].startswith(b"%PDF-")
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_bundle_format_fails_unless_its_descriptive_members_are_disregarded(key, version):
+    data = build(key)
+    edits = {"README.txt": b"Anything at all.\n"}
+    if version == 2:
+        edits["report.pdf"] = None
+    older = _repacked(data, edits, version)
+    assert failed_checks(older) == {"descriptive files"}
+    checks = check_bundle(older, keys=[key[1]], unproven_descriptive=True)
+    assert all(c.ok for c in checks)
+    assert "not evidence" in checks[-1].detail
+    # A format-2 manifest over format-3 members (or the reverse) is still refused.
+    assert "manifest" in failed_checks(_repacked(data, {}, 2))
 
 
 def test_a_timestamp_with_no_authority_pinned_must_still_be_one(key, tmp_path):

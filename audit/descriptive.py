@@ -1,0 +1,277 @@
+"""A bundle's README.txt, verification.txt and report.pdf, made from its other members alone.
+
+Bundle format 4: the writer (audit.bundle) makes these three members with these functions from
+the members it has just laid out, and both verifiers make them again from the bundle they were
+given and require the same bytes. So nothing in them can say what the records, the ledger leaf,
+the checkpoint, matter.json and the disclosed texts do not: a rewritten certification, a seal
+time, a verification or a report that disagrees with the evidence fails verification.
+
+Pure Python (no Django), like the verifier; ReportLab only for the PDF, imported when it is made.
+docs/audit-format.md gives the texts' grammar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from audit import binding, checkpoints
+from audit.bundle_format import (
+    ANSWER,
+    CHAIN,
+    CHECKPOINT,
+    DISCLOSURES,
+    LEDGER_LEAF,
+    MATTER,
+    PROMPT,
+    README,
+    RECORDS,
+    REPORT,
+    VERIFICATION,
+    trail_member,
+)
+from audit.trail_facts import Texts, TrailFacts
+
+# README.txt's templates, shared with the page verifier (verify.js), which fills them the same way.
+TEXTS = json.loads((Path(__file__).parent / "bundle_texts.json").read_text("utf-8"))
+# The ReportLab release whose invariant mode report.pdf's bytes are made with (pyproject.toml
+# pins it): another release may lay the same report out in other bytes.
+REPORTLAB_VERSION = TEXTS["reportlab"]
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+def fill(template: str, values: dict) -> str:
+    """`template` with each {name} replaced, in one pass, by str(values[name])."""
+    return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
+
+
+def quoted(text: str) -> str:
+    """A name in the texts: JSON's string form (JSON.stringify's in verify.js)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def reportlab_mismatch() -> str | None:
+    """Why this machine's ReportLab may lay report.pdf out in other bytes, or None."""
+    import reportlab
+
+    if reportlab.Version == REPORTLAB_VERSION:
+        return None
+    return (
+        f"this machine has ReportLab {reportlab.Version}; report.pdf is made with "
+        f"{REPORTLAB_VERSION} (pip install reportlab=={REPORTLAB_VERSION})"
+    )
+
+
+class Unreadable(ValueError):
+    """The members these texts are made from cannot be read (the other checks say why)."""
+
+
+@dataclass(frozen=True)
+class Signed:
+    """What checkpoint.txt states: the log, its tree and every signer's name."""
+
+    note: str
+    origin: str
+    tree_size: int
+    signers: tuple[str, ...]
+
+
+def signed_of(members: dict[str, bytes]) -> Signed:
+    note = _text(members, CHECKPOINT)
+    try:
+        checkpoint = checkpoints.parse_unverified(note)
+    except checkpoints.CheckpointError as exc:
+        raise Unreadable(f"checkpoint.txt: {exc}") from exc
+    signers = tuple(
+        line[2:].split(" ", 1)[0] for line in note.split("\n") if line.startswith("\u2014 ")
+    )
+    return Signed(note, checkpoint.origin, checkpoint.size, signers)
+
+
+def trail_facts(members: dict[str, bytes], prefix: str = "") -> TrailFacts:
+    """One trail's facts from its members (a one-trail bundle's, or those under `prefix` in a
+    matter bundle): its chain, records, ledger leaf and disclosed texts."""
+    chain_doc = _json(members, prefix + CHAIN)
+    leaf = _json(members, prefix + LEDGER_LEAF)
+    sealed = json.loads(leaf["payload"])
+    lines = _text(members, prefix + RECORDS).split("\n")  # never splitlines: U+2028 is text
+    payloads = [json.loads(line) for line in lines[:-1] if lines[-1] == ""]
+    request = next((p for p in payloads if binding.kind_of(p) == binding.REQUEST), {})
+    listed = {
+        "trail_id": chain_doc["trail_id"],
+        "job_id": sealed["job"],
+        "attempt": request.get("attempt"),  # a v1 trail records none
+        "outcome": sealed["outcome"],
+        "abandoned": sealed["outcome"] == "abandoned",
+        "leaf_index": leaf["index"],
+    }
+    texts = Texts(
+        _json(members, prefix + DISCLOSURES),
+        _text(members, prefix + PROMPT),
+        _text(members, prefix + ANSWER),
+    )
+    return TrailFacts.of(listed, payloads, texts, chain_doc["head_hash"])
+
+
+def trail_verification(facts: TrailFacts, signed: Signed) -> str:
+    """verification.txt of a one-trail bundle: what the bundle claims, each claim one that
+    python -m audit.offline_verify checks."""
+    return "\n".join([*_CLAIMS_HEAD, _trail_claim(facts), _checkpoint_claim(signed)]) + "\n"
+
+
+def matter_verification(matter: dict, trails: list[TrailFacts], signed: Signed) -> str:
+    """verification.txt of a matter bundle: the same claims for every trail it holds."""
+    lines = [
+        *_CLAIMS_HEAD,
+        f"- {len(trails)} trail(s) of matter {quoted(matter['matter'])}, each with a request "
+        "record naming that matter",
+        *(_trail_claim(facts) for facts in trails),
+        _checkpoint_claim(signed),
+        f"- {len(matter['left_out'])} trail(s) left out, listed in matter.json with the reason",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+_CLAIMS_HEAD = (
+    "Claims of this bundle, each checked by python -m audit.offline_verify (the service",
+    "checked them against its store before it exported the bundle):",
+)
+
+
+def _checkpoint_claim(signed: Signed) -> str:
+    signers = ", ".join(signed.signers) or "nobody"
+    return (
+        f"- the checkpoint states a tree of {signed.tree_size} trails of log "
+        f"{quoted(signed.origin)}, signed by {signers}"
+    )
+
+
+def _trail_claim(facts: TrailFacts) -> str:
+    attempt = "no attempt recorded" if facts.attempt is None else f"attempt {facts.attempt}"
+    return (
+        f"- trail {facts.trail_id} (job {facts.job_id}, {attempt}): {facts.record_count} "
+        f"records chained from its genesis to head {facts.head_hash}; ledger entry "
+        f'{facts.leaf_index} seals that count and head with outcome "{facts.outcome}" and is in '
+        "the checkpoint's tree"
+    )
+
+
+def selection_of(matter: dict) -> str:
+    """What a matter bundle holds, in words, from matter.json's matter, since and until."""
+    since, until = matter.get("since"), matter.get("until")
+    days = (
+        f" from {since or 'the first job'} to {until or 'the last'} (UTC, inclusive)"
+        if since or until
+        else ""
+    )
+    return f"every trail of matter {quoted(matter['matter'])}{days}"
+
+
+def trail_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
+    """report.pdf, verification.txt and README.txt of a one-trail bundle with these members."""
+    with _readable():
+        return _trail_descriptive(members)
+
+
+def matter_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
+    """report.pdf, verification.txt and README.txt of a matter bundle with these members."""
+    with _readable():
+        return _matter_descriptive(members)
+
+
+@contextlib.contextmanager
+def _readable():
+    """Hostile members (a bundle under verification) raise Unreadable, never anything else."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, Unreadable):
+            raise
+        raise Unreadable(f"the members cannot be read ({type(exc).__name__}: {exc})") from exc
+
+
+def _trail_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
+    facts, signed = trail_facts(members), signed_of(members)
+    verification = trail_verification(facts, signed)
+    disclosures = _json(members, DISCLOSURES)
+    withheld = sorted(n for n, d in disclosures.items() if d == {"withheld": True})
+    readme = fill(
+        TEXTS["trail_readme"],
+        dict(
+            trail_id=facts.trail_id,
+            job_id=facts.job_id,
+            attempt=facts.attempt if facts.attempt is not None else "not recorded",
+            record_count=facts.record_count,
+            format_version=_json(members, CHAIN)["format_version"],
+            outcome=facts.outcome,
+            origin=signed.origin,
+            tree_size=signed.tree_size,
+            withheld=f" Withheld: {', '.join(withheld)}." if withheld else "",
+            verification=verification,
+            reportlab=REPORTLAB_VERSION,
+        ),
+    )
+    from audit import report  # ReportLab: only once the texts could be made
+
+    pdf = report.trail_report(
+        facts=facts, verification=verification, checkpoint_note=signed.note, origin=signed.origin
+    )
+    return {REPORT: pdf, VERIFICATION: verification.encode(), README: readme.encode()}
+
+
+def _matter_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
+    matter, signed = _json(members, MATTER), signed_of(members)
+    ids = [entry["trail_id"] for entry in matter["trails"]]
+    selection = selection_of(matter)
+    left_out = len(matter["left_out"])
+    trails = [trail_facts(members, trail_member(t, "")) for t in ids]
+    verification = matter_verification(matter, trails, signed)
+    readme = fill(
+        TEXTS["matter_readme"],
+        dict(
+            matter=quoted(matter["matter"]),
+            selection=selection,
+            trails=len(trails),
+            origin=signed.origin,
+            tree_size=signed.tree_size,
+            left_out=(
+                f"\n{left_out} trail(s) of the selection are left out and listed in matter.json "
+                "with the reason (still open, or sealed after the checkpoint)."
+                if left_out
+                else ""
+            ),
+            verification=verification,
+            reportlab=REPORTLAB_VERSION,
+        ),
+    )
+    from audit import report
+
+    pdf = report.matter_report(
+        matter=matter,
+        selection=selection,
+        trails=trails,
+        verification=verification,
+        checkpoint_note=signed.note,
+        origin=signed.origin,
+    )
+    return {REPORT: pdf, VERIFICATION: verification.encode(), README: readme.encode()}
+
+
+def _text(members: dict[str, bytes], name: str) -> str:
+    try:
+        return members[name].decode("utf-8")
+    except (KeyError, UnicodeDecodeError) as exc:
+        raise Unreadable(f"{name} is missing or not UTF-8") from exc
+
+
+def _json(members: dict[str, bytes], name: str) -> dict:
+    try:
+        value = json.loads(_text(members, name))
+    except (ValueError, RecursionError) as exc:
+        raise Unreadable(f"{name} is not JSON") from exc
+    if not isinstance(value, dict):
+        raise Unreadable(f"{name} is not a JSON object")
+    return value

@@ -1,0 +1,92 @@
+"""What a bundle says of one trail: the texts it discloses and the facts its records state,
+as the descriptive members (audit.descriptive) and the report (audit.report) show them.
+
+Pure Python (no Django), like the verifier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from audit import binding
+
+
+@dataclass(frozen=True)
+class Texts:
+    """The bound texts a bundle discloses: `disclosures` is disclosures.json's object (per bound
+    field, its salt and, for fields without a member of their own, its value; or withheld), and
+    prompt and answer are prompt.txt and answer.txt ("" when withheld)."""
+
+    disclosures: dict
+    prompt: str = ""
+    answer: str = ""
+
+
+NO_TEXTS = Texts({})  # a v1 trail binds none
+
+
+@dataclass(frozen=True)
+class TrailFacts:
+    """What the report says of one trail, read from its records and disclosed texts."""
+
+    trail_id: str
+    job_id: str
+    attempt: int
+    outcome: str
+    abandoned: bool
+    leaf_index: int
+    record_count: int
+    head_hash: str
+    models: dict
+    params: dict
+    question: str | None  # None: withheld or not bound
+    answer: str | None
+    steps: int
+    drafted: int
+    accepted: int
+    tokens: dict  # how many emitted tokens were accepted drafts, corrections, bonus tokens and
+    # plain target steps (nothing drafted)
+    rules: list[str]
+    stop: str | None
+
+    @classmethod
+    def of(cls, listed: dict, payloads: list[dict], texts: Texts, head_hash: str) -> TrailFacts:
+        decisions = [p for p in payloads if binding.kind_of(p) == binding.DECISION]
+        request = next((p for p in payloads if binding.kind_of(p) == binding.REQUEST), None)
+        first = decisions[0] if decisions else {}
+        models = (request or {}).get("models") or {
+            "draft": first.get("draft"),
+            "target": first.get("target"),
+        }
+        tokens = {"draft": 0, "correction": 0, "bonus": 0, "target": 0}
+        for decision in decisions:
+            for emitted in binding.emitted_from(decision):
+                tokens[emitted.source] += 1
+        disclosed = texts.disclosures
+        question = texts.prompt if "salt" in disclosed.get(binding.RENDERED, {}) else None
+        if question == "" and "value" in disclosed.get(binding.TOKEN_IDS, {}):
+            question = "token ids: " + " ".join(map(str, disclosed[binding.TOKEN_IDS]["value"]))
+        answer = texts.answer if "salt" in disclosed.get(binding.ANSWER_TEXT, {}) else None
+        answered = next((p for p in payloads if binding.kind_of(p) == binding.ANSWER), None)
+        if answer == "" and answered is not None:  # a model without a tokenizer: ids only
+            answer = "token ids: " + " ".join(map(str, answered.get("output_token_ids") or []))
+        return cls(
+            trail_id=listed["trail_id"],
+            job_id=listed["job_id"],
+            attempt=listed["attempt"],
+            outcome=listed["outcome"],
+            abandoned=listed["abandoned"],
+            leaf_index=listed["leaf_index"],
+            record_count=len(payloads),
+            head_hash=head_hash,
+            models=models,
+            params=(request or first).get("params") or {},
+            question=question,
+            answer=answer,
+            steps=len(decisions),
+            drafted=sum(len(d.get("drafted") or []) for d in decisions),
+            accepted=sum(d.get("accepted_count", 0) for d in decisions),
+            tokens=tokens,
+            rules=sorted({d.get("rule", "") for d in decisions}),
+            stop=decisions[-1].get("stop") if decisions else None,
+        )
