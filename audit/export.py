@@ -12,7 +12,7 @@ from .bundle_format import TEXT_MEMBERS
 from .keys import signer_of
 from .log import NotYetCovered, inclusion_of
 from .models import DecisionRecord, Trail
-from .tiles import LogIncomplete
+from .tile_math import LogIncomplete
 from .verification import verify_trails
 
 # What `withhold` may name, and the bound fields each covers.

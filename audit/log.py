@@ -19,6 +19,7 @@ from . import checkpoints, merkle, tiles, timestamps, witnessing
 from .keys import signing_key, verifier_keys, verify_note
 from .models import Checkpoint, LedgerEntry
 from .publish import publish
+from .tile_math import LogIncomplete
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ def checkpoint_create() -> Checkpoint:
             tiles.tiles_extend(size)
             root = tree.root()
             _check_extends_last_signed(tree, root)
-        except tiles.LogIncomplete as exc:
+        except LogIncomplete as exc:
             raise LogInconsistent(f"{exc}: run verify_chain --all") from exc
         note = checkpoints.sign_checkpoint(
             settings.PATHFINDER_LOG_ORIGIN, size, root, signing_key().private

@@ -35,7 +35,7 @@ from .log import (
 )
 from .models import DecisionRecord, LedgerEntry, Trail, VerificationRun
 from .publish import published_failures
-from .tiles import LogIncomplete
+from .tile_math import LogIncomplete
 
 _CHUNK = 2000
 _WALK_BATCH = 200  # trails whose records are read in one query, when only some are walked

@@ -12,7 +12,8 @@ from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
 from .log import latest_checkpoint, log_size
-from .tiles import WIDTH, LogIncomplete, Tiles, parse_tile_path
+from .tile_math import WIDTH, LogIncomplete, parse_tile_path
+from .tiles import Tiles
 
 # Full tiles never change; the checkpoint does, every interval (the spec: a few seconds).
 _IMMUTABLE = "public, max-age=31536000, immutable"

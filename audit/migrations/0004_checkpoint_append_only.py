@@ -1,11 +1,11 @@
 from django.db import migrations
 
-from audit.triggers import append_only
+from audit import frozen_sql
 
 
 class Migration(migrations.Migration):
     dependencies = [("audit", "0003_checkpoint")]
 
     operations = [
-        migrations.RunPython(append_only("audit_checkpoint"), migrations.RunPython.noop),
+        migrations.RunPython(frozen_sql.run(__file__), migrations.RunPython.noop),
     ]

@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-from audit.triggers import append_only
+from audit import frozen_sql
 
 
 class Migration(migrations.Migration):
@@ -29,5 +29,5 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.RunPython(append_only("audit_logtile"), migrations.RunPython.noop),
+        migrations.RunPython(frozen_sql.run(__file__), migrations.RunPython.noop),
     ]

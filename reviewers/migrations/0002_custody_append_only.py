@@ -1,6 +1,6 @@
 from django.db import migrations
 
-from audit.triggers import append_only
+from audit import frozen_sql
 
 
 class Migration(migrations.Migration):
@@ -9,5 +9,5 @@ class Migration(migrations.Migration):
 
     # Irreversible on purpose, as audit's: dropping the protection is a decision for a DBA.
     operations = [
-        migrations.RunPython(append_only("reviewers_custodyevent"), migrations.RunPython.noop),
+        migrations.RunPython(frozen_sql.run(__file__), migrations.RunPython.noop),
     ]

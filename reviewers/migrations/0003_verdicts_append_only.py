@@ -2,13 +2,12 @@
 
 from django.db import migrations
 
-from audit.triggers import append_only
+from audit import frozen_sql
 
 
 class Migration(migrations.Migration):
     dependencies = [("reviewers", "0002_custody_append_only"), ("audit", "0007_format_v2")]
 
     operations = [
-        migrations.RunPython(append_only("reviewers_trailverification"), migrations.RunPython.noop),
-        migrations.RunPython(append_only("reviewers_signoff"), migrations.RunPython.noop),
+        migrations.RunPython(frozen_sql.run(__file__), migrations.RunPython.noop),
     ]

@@ -4,7 +4,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-from audit.triggers import append_only
+from audit import frozen_sql
 
 
 class Migration(migrations.Migration):
@@ -49,5 +49,5 @@ class Migration(migrations.Migration):
                 "ordering": ["id"],
             },
         ),
-        migrations.RunPython(append_only("reviewers_custodypoint"), migrations.RunPython.noop),
+        migrations.RunPython(frozen_sql.run(__file__), migrations.RunPython.noop),
     ]

@@ -663,6 +663,7 @@ def test_the_verifier_never_imports_django():
         ("bundle", {"audit"}),
         ("descriptive", {"audit", "reportlab"}),  # ReportLab only to make report.pdf
         ("trail_facts", {"audit"}),
+        ("tile_math", {"audit"}),
         ("report", {"audit", "reportlab"}),
         ("bundle_format", {"audit"}),
         ("binding", {"audit"}),

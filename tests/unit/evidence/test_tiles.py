@@ -1,8 +1,8 @@
-"""The tiled log (audit.tiles) against the plain RFC 6962 functions (audit.merkle): the same
+"""The tiled log (audit.tile_math) against the plain RFC 6962 functions (audit.merkle): the same
 roots, inclusion and consistency proofs, for sizes on and around every tile edge up to level 2;
 and the tile paths exactly as c2sp.org/tlog-tiles writes them.
 
-The database is replaced by an in-memory ledger (a subclass overriding the three reads), so
+The tree's three reads are an in-memory ledger here (audit.tiles reads the database), so
 trees of 70,000 leaves can be checked without storing them; tests/integration/test_log_tiles.py
 covers the same through PostgreSQL."""
 
@@ -12,13 +12,13 @@ import random
 import pytest
 
 from audit import merkle
-from audit.tiles import WIDTH, Tiles, parse_tile_path, tile_path
+from audit.tile_math import WIDTH, TileTree, parse_tile_path, tile_path
 
 LEAVES = [f"leaf {i}".encode() for i in range(70_000)]
 LEAF_HASHES = [merkle.leaf_hash(leaf) for leaf in LEAVES]
 
 
-class MemoryTiles(Tiles):
+class MemoryTiles(TileTree):
     """Tiles over LEAVES, with the full tiles below `stored_below` (leaves) 'stored'."""
 
     def __init__(self, size, stored_below=0):
