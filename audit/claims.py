@@ -1,4 +1,5 @@
-"""Where verification finds what the serving side claims about each job (audit.binding.Claim).
+"""Where verification finds what the serving side claims about each job
+(audit.evidence.binding.Claim).
 
 The audit store must not depend on the app that serves jobs (it outlives them), so that app
 registers its source when it loads (decoding.apps). Without one, job rows are not checked and
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from typing import Protocol
 
-from .binding import Claim
+from .evidence.binding import Claim
 
 
 class ClaimsSource(Protocol):

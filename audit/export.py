@@ -7,12 +7,13 @@ import uuid
 from collections.abc import Collection
 from pathlib import Path
 
-from . import binding, bundle, bundle_format, checkpoints, claims, decision_rule
-from .bundle_format import TEXT_MEMBERS
+from . import claims
+from .evidence import binding, bundle, bundle_format, checkpoints, decision_rule
+from .evidence.bundle_format import TEXT_MEMBERS
+from .evidence.tile_math import LogIncomplete
 from .keys import signer_of
 from .log import NotYetCovered, inclusion_of
 from .models import DecisionRecord, Trail
-from .tile_math import LogIncomplete
 from .verification import verify_trails
 
 # What `withhold` may name, and the bound fields each covers.
@@ -81,7 +82,7 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
 
 def require_intact(trail_ids: Collection[uuid.UUID], scope: str) -> None:
     """Refuse to export trails the store does not verify: the bundle's verification.txt states
-    its claims as checked (audit.descriptive)."""
+    its claims as checked (audit.evidence.descriptive)."""
     report = verify_trails(trail_ids, scope=scope)
     if not report.ok:
         raise ExportError(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from . import checkpoints
+from .evidence import checkpoints
 
 
 class SigningKeyMissing(Exception):

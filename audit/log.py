@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import transaction
 
-from . import checkpoints, merkle, tiles, timestamps, witnessing
+from . import tiles, witnessing
+from .evidence import checkpoints, merkle, timestamps
+from .evidence.tile_math import LogIncomplete
 from .keys import signing_key, verifier_keys, verify_note
 from .models import Checkpoint, LedgerEntry
 from .publish import publish
-from .tile_math import LogIncomplete
 
 logger = logging.getLogger(__name__)
 

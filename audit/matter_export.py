@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bundle, descriptive, tiles
-from .bundle_format import MATTER_FORMAT_VERSION
+from . import tiles
+from .evidence import bundle, descriptive
+from .evidence.bundle_format import MATTER_FORMAT_VERSION
 from .export import ExportError, described, listing, require_intact, signer, texts_of
 from .log import latest_checkpoint, log_size
 from .models import DecisionRecord, LedgerEntry, Trail

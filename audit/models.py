@@ -1,5 +1,6 @@
 """The append-only audit store. Rows here are written only through audit.store and are protected
-by database triggers (migration 0002) as well as by the hash chain that audit.chain verifies."""
+by database triggers (migration 0002) as well as by the hash chain that audit.evidence.chain
+verifies."""
 
 import uuid
 
@@ -26,7 +27,7 @@ class Trail(models.Model):
     # The trail of the job's previous attempt (sealed "abandoned" when its worker died).
     previous_id = models.UUIDField(null=True, blank=True)
     # 1: decision records only; 2: a request record first and an answer record last
-    # (audit.binding). Fixed when the trail opens, like its id.
+    # (audit.evidence.binding). Fixed when the trail opens, like its id.
     format_version = models.PositiveSmallIntegerField(default=1)
     # v2: the secret (hex) from which the salts of the trail's bound texts derive; never in a
     # record, so a withheld text cannot be confirmed by guessing.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from . import checkpoints, merkle
+from .evidence import checkpoints, merkle
 from .keys import verifier_keys, verify_note
 
 _NAME = re.compile(r"checkpoint-(0|[1-9][0-9]*)\.txt")

@@ -7,7 +7,7 @@ import uuid
 
 from django.db.models import QuerySet
 
-from . import binding
+from .evidence import binding
 from .models import DecisionRecord, Trail
 
 

@@ -13,7 +13,7 @@ import uuid
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import binding, chain
+from .evidence import binding, chain
 from .models import DecisionRecord, LedgerEntry, Trail
 
 # pg_advisory_xact_lock key for ledger appends ("PFLEDGER" as an integer).

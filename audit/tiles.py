@@ -1,4 +1,5 @@
-"""The global log's tiles as the database stores them: the reader of audit.tile_math's tree, and
+"""The global log's tiles as the database stores them: the reader of audit.evidence.tile_math's
+tree, and
 the full tiles stored when a checkpoint is made and checked by verify_chain.
 
 Full tiles never change once the log has them: they are stored (audit.LogTile, append-only)
@@ -8,9 +9,9 @@ most 255 ledger entries or stored tile roots.
 
 from __future__ import annotations
 
-from . import merkle
+from .evidence import merkle
+from .evidence.tile_math import WIDTH, LogIncomplete, TileTree, fold, split, tile_path
 from .models import LedgerEntry, LogTile
-from .tile_math import WIDTH, LogIncomplete, TileTree, fold, split, tile_path
 
 
 class Tiles(TileTree):

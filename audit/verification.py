@@ -1,5 +1,6 @@
-"""Verify what the database holds: stream rows from one consistent snapshot into audit.chain and
-audit.binding, collect every failure, and record the run.
+"""Verify what the database holds: stream rows from one consistent snapshot into
+audit.evidence.chain and
+audit.evidence.binding, collect every failure, and record the run.
 
 One pipeline checks each trail, whoever asks (verify_chain in every mode, the portal's Verify
 and sign-off, export, the periodic check): every link of its chain; its request, decisions and
@@ -22,8 +23,10 @@ import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import anchored, binding, chain, claims, merkle, parallel
+from . import anchored, claims, parallel
 from .dbtext import canonical, uuid_text
+from .evidence import binding, chain, merkle
+from .evidence.tile_math import LogIncomplete
 from .keys import verify_note
 from .log import (
     NotYetCovered,
@@ -35,7 +38,6 @@ from .log import (
 )
 from .models import DecisionRecord, LedgerEntry, Trail, VerificationRun
 from .publish import published_failures
-from .tile_math import LogIncomplete
 
 _CHUNK = 2000
 _WALK_BATCH = 200  # trails whose records are read in one query, when only some are walked

@@ -11,8 +11,8 @@ from __future__ import annotations
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
+from .evidence.tile_math import WIDTH, LogIncomplete, parse_tile_path
 from .log import latest_checkpoint, log_size
-from .tile_math import WIDTH, LogIncomplete, parse_tile_path
 from .tiles import Tiles
 
 # Full tiles never change; the checkpoint does, every interval (the spec: a few seconds).

@@ -9,7 +9,8 @@ proof from the last checkpoint it cosigned for that log, and it remembers that c
 durably, so it never cosigns two views of one log that disagree, nor a smaller tree after a
 larger one, across restarts. Run it somewhere the log's operator cannot rewrite.
 
-Standard library and `cryptography` only (with audit.checkpoints and audit.merkle). A log is
+Standard library and `cryptography` only (with audit.evidence.checkpoints and
+audit.evidence.merkle). A log is
 known by its origin, which is its verifier key's name (Pathfinder names its key after the
 origin). Answers, as the spec says: 404 an unknown origin, 403 no valid signature by the log's
 key, 400 a malformed request or an old size above the new one, 409 an old size that is not the
@@ -33,7 +34,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from audit import checkpoints, merkle
+from audit.evidence import checkpoints, merkle
 
 MAX_BODY = 64 * 1024
 MAX_PROOF_LINES = 63

@@ -1,6 +1,7 @@
 """Asking witnesses to cosign a checkpoint (the client side of C2SP tlog-witness).
 
-Pure Python (standard library, audit.checkpoints and audit.merkle). The log hands each witness
+Pure Python (standard library, audit.evidence.checkpoints and audit.evidence.merkle). The log hands
+each witness
 its new checkpoint with a consistency proof from the size the witness last cosigned; a witness
 that says it last cosigned another size (409) is asked again once with a proof from there.
 """
@@ -13,7 +14,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from audit import checkpoints
+from audit.evidence import checkpoints
 
 ProofFrom = Callable[[int], list[bytes] | None]  # old size -> consistency proof, None if none
 

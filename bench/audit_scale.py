@@ -119,7 +119,7 @@ def _checkpoint() -> dict:
 
 def _proofs() -> dict:
     """An inclusion proof from tiles, against the same proof from every leaf."""
-    from audit import merkle
+    from audit.evidence import merkle
     from audit.log import inclusion_of
     from audit.models import LedgerEntry
 

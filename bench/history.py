@@ -3,7 +3,8 @@ custody events, written into a bench database of its own, for benchmarks that ne
 
 One real job is decoded on the stub model (its request, decisions and answer as the worker
 writes them); each synthetic job is a copy with its own ids and salt, its request and answer
-records made again by audit.binding for that job, its decisions renamed to it, and every chain
+records made again by audit.evidence.binding for that job, its decisions renamed to it, and every
+chain
 hash computed as audit.store would, so `verify_chain --all` checks it as real history. Rows go
 in by bulk INSERT through the append-only triggers (which still check every chain link), with
 no ledger lock: nothing else writes the bench database.
@@ -80,7 +81,7 @@ def _reviewer(matter):
 
 
 def _write_batch(template, count: int) -> None:
-    from audit import binding, chain
+    from audit.evidence import binding, chain
     from audit.models import DecisionRecord, LedgerEntry, Trail
     from audit.selectors import trail_decisions
     from decoding.models import GenerationJob
@@ -192,7 +193,7 @@ def _write_custody(user, template, count: int) -> None:
     """`count` view events, chained as reviewers.services.custody_append chains them."""
     from django.utils import timezone
 
-    from audit.chain import canonical_json
+    from audit.evidence.chain import canonical_json
     from reviewers import custody
     from reviewers.models import CustodyEvent
 

@@ -1,4 +1,4 @@
-"""What a job row claims, in audit.binding's terms: the question it asked and the answer it
+"""What a job row claims, in audit.evidence.binding's terms: the question it asked and the answer it
 serves. The worker writes the trail's request and answer records from these, and every verifier
 compares the row with those records, so there is one home for how a job maps onto its trail."""
 
@@ -11,8 +11,8 @@ import orjson
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from audit import binding
 from audit.dbtext import canonical, uuid_text
+from audit.evidence import binding
 from audit.models import Trail
 from decoding.engine import GenerationParams, params_payload
 from decoding.job_input import JOB_PARAM_FIELDS

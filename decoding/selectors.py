@@ -7,7 +7,7 @@ import uuid
 from django.shortcuts import get_object_or_404
 from rest_framework.exceptions import APIException
 
-from audit import binding
+from audit.evidence import binding
 from audit.models import DecisionRecord, Trail
 from audit.selectors import trail_decisions, trail_record_of_kind
 from decoding.claims import job_served

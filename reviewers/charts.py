@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from audit.binding import DECISION, kind_of
+from audit.evidence.binding import DECISION, kind_of
 
 WIDTH, HEIGHT = 600, 120  # the viewBox; the page scales it
 

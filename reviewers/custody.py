@@ -3,8 +3,8 @@
 Every reviewer action (view, verify, replay, export, annotate, sign_off) appends one event. Events
 are chained the way audit records are (docs/audit-format.md), in one chain over the whole portal:
 
-    payload          = canonical JSON (audit.chain.canonical_json: sorted keys, no whitespace,
-                       UTF-8, integers only) of
+    payload          = canonical JSON (audit.evidence.chain.canonical_json: sorted keys, no
+                       whitespace, UTF-8, integers only) of
                        {"action": "view" | "verify" | "replay" | "export" | "annotate" | "sign_off",
                         "user":   {"id": <user id>, "username": <username at the time>},
                         "job":    <job id, canonical UUID text> | null,
@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from audit.chain import canonical_json
+from audit.evidence.chain import canonical_json
 
 _EVENT_TAG = b"PF-CUSTODY-v1"
 _GENESIS_TAG = b"PF-CUSTODY-GENESIS-v1"

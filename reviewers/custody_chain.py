@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 
-from audit.chain import canonical_json
+from audit.evidence.chain import canonical_json
 
 from . import custody
 from .models import CustodyEvent, CustodyPending, CustodyPoint

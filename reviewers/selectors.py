@@ -23,7 +23,7 @@ from django.db.models import (
 )
 from django.shortcuts import get_object_or_404
 
-from audit import binding
+from audit.evidence import binding
 from audit.models import DecisionRecord, Trail, VerificationRun
 from audit.selectors import trail_decision, trail_decisions
 from decoding.claims import job_claim

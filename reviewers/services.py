@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from audit.chain import Failure
+from audit.evidence.chain import Failure
 from audit.export import ExportError, trail_export
 from audit.models import LedgerEntry
 from audit.verification import verify_trails

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from audit.binding import BONUS, CORRECTION, DRAFT, TARGET, emitted_from
+from audit.evidence.binding import BONUS, CORRECTION, DRAFT, TARGET, emitted_from
 
 GREEDY = "greedy-argmax"
 

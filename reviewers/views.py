@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from audit import descriptive
+from audit.evidence import descriptive
 
 from . import charts, selectors, services
 from .custody_chain import custody_chain_pending, custody_verify

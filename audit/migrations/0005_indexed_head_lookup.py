@@ -3,7 +3,7 @@ whole ledger) on every insert: the earlier UNION ALL form made a trail O(n^2) to
 
 from django.db import migrations
 
-from audit.chain import ledger_genesis_hash
+from audit.evidence.chain import ledger_genesis_hash
 
 RECORD_CHECK = """
 CREATE OR REPLACE FUNCTION audit_record_check_insert() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -11,7 +11,7 @@ from .providers.base import ModelIdentity
 from .rules import Verdict
 from .sampling import decimal
 
-# Format v2 (audit.binding): decisions sit between a trail's request and answer records.
+# Format v2 (audit.evidence.binding): decisions sit between a trail's request and answer records.
 PAYLOAD_VERSION = 2
 
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from audit.binding import emitted_from
+from audit.evidence.binding import emitted_from
 from decoding.engine import Tokenizer
 
 # OpenAI's stand-in for the log of a probability too small to write (JSON has no -Infinity).

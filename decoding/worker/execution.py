@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from audit import binding
+from audit.evidence import binding
 from audit.models import Trail
 from audit.store import trail_append, trail_open, trail_seal
 from decoding import admission, events, lifecycle, metrics

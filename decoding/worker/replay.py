@@ -17,7 +17,7 @@ import numpy as np
 from django.conf import settings
 from django.utils import timezone
 
-from audit.chain import canonical_json
+from audit.evidence.chain import canonical_json
 from audit.selectors import trail_decisions
 from decoding.engine import (
     AuditSink,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from django.conf import settings
 from django.db import connection
 
-from audit.chain import canonical_json
+from audit.evidence.chain import canonical_json
 from audit.store import trail_extend
 from decoding.engine import AuditSink, AuditUnavailable, StepRecord
 from decoding.metrics import AUDIT_COMMIT_SECONDS

@@ -11,7 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from audit import binding, bundle, chain, checkpoints, merkle
+from audit.evidence import binding, bundle, chain, checkpoints, merkle
 from tests.data import make_golden_vectors_v2 as v2
 
 HERE = Path(__file__).parent

@@ -4,7 +4,7 @@ purpose (which also means a new format version in docs/audit-format.md)."""
 import json
 from pathlib import Path
 
-from audit import chain
+from audit.evidence import chain
 
 TRAIL_ID = "0b0e3f4c-8a52-4e1c-9d2e-5a7f3c1b9e10"
 JOB_ID = "6f1c2a9e-3d4b-4c5e-8f70-1a2b3c4d5e6f"

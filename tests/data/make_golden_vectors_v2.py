@@ -11,7 +11,7 @@ import json
 import zipfile
 from pathlib import Path
 
-from audit import binding, bundle, chain, checkpoints, merkle
+from audit.evidence import binding, bundle, chain, checkpoints, merkle
 
 HERE = Path(__file__).parent
 TRAIL_ID = "7d1f0c2e-4b3a-4e5d-9c8b-0a1b2c3d4e5f"

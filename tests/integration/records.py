@@ -1,9 +1,10 @@
 """Decision records that a test writes straight into a trail, as the engine would write them:
-they obey the decision rule (audit.decision_rule), so a verifier passes them on their merits."""
+they obey the decision rule (audit.evidence.decision_rule), so a verifier passes them on their
+merits."""
 
 from __future__ import annotations
 
-from audit.decision_rule import DECISION_PARAMS, number_text, uniform
+from audit.evidence.decision_rule import DECISION_PARAMS, number_text, uniform
 
 
 def plain_step(request: dict, step: int, token: int) -> dict:

@@ -19,7 +19,7 @@ import requests
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from audit import chain, checkpoints, merkle
+from audit.evidence import chain, checkpoints, merkle
 from audit.keys import SigningKeyMissing, signing_key
 from audit.log import checkpoint_create, witness_status
 from audit.models import Checkpoint, DecisionRecord, LedgerEntry, Trail
@@ -173,7 +173,8 @@ def test_a_witness_that_is_down_leaves_the_checkpoint_signed_and_raises_the_aler
 def test_a_consistent_rewrite_by_a_superuser_is_caught_by_the_published_checkpoints(
     run_job, witnessed
 ):
-    """Rewrite one decision of the newest trail with audit.chain's own functions, recompute its
+    """Rewrite one decision of the newest trail with audit.evidence.chain's own functions,
+    recompute its
     chain, head and ledger entry, delete the checkpoint rows and sign anew."""
     run_job(prompt=(1, 2))
     job = run_job(prompt=(3, 4), max_tokens=12)

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from audit import checkpoints
+from audit.evidence import checkpoints
 from audit.keys import signing_key
 from audit.log import checkpoint_create
 from audit.models import Checkpoint

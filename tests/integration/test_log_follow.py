@@ -95,7 +95,7 @@ def test_the_go_checksum_database_client_follows_the_log(tlog_client, signing_ho
     assert f"old 300 {first.note.splitlines()[2]}" in result.stdout
 
     # Another log's key is refused; so is a leaf the checkpoint does not cover.
-    _, other = __import__("audit.checkpoints", fromlist=["x"]).generate_signing_key(
+    _, other = __import__("audit.evidence.checkpoints", fromlist=["x"]).generate_signing_key(
         "other.example/log"
     )
     refused = follow(tlog_client, other, 0)

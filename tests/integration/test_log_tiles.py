@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.test import Client
 
-from audit import merkle
+from audit.evidence import merkle
 from audit.log import checkpoint_create, inclusion_of
 from audit.models import LedgerEntry, LogTile
 from audit.store import trail_open, trail_seal

@@ -1,6 +1,6 @@
 """Producing a matter: `manage.py export_matter` and the portal's action write one bundle with
 every sealed trail of the matter's jobs (every attempt, abandoned ones marked) under one
-checkpoint, which audit.offline_verify checks whole, and which no edit survives."""
+checkpoint, which audit.evidence.offline_verify checks whole, and which no edit survives."""
 
 import datetime
 import io
@@ -11,7 +11,7 @@ import zipfile
 import pytest
 from django.core.management import CommandError, call_command
 
-from audit.bundle_format import (
+from audit.evidence.bundle_format import (
     ANSWER,
     CHECKPOINT,
     INCLUSION_PROOF,
@@ -24,9 +24,9 @@ from audit.bundle_format import (
     matter_member_names,
     trail_member,
 )
+from audit.evidence.offline_verify import main as offline_main
+from audit.evidence.offline_verify import verify_bundle
 from audit.keys import signing_key
-from audit.offline_verify import main as offline_main
-from audit.offline_verify import verify_bundle
 from decoding.models import GenerationJob
 from decoding.services import job_submit
 from decoding.worker.execution import job_run

@@ -23,8 +23,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from audit.evidence.offline_verify import verify_bundle
 from audit.keys import signing_key
-from audit.offline_verify import verify_bundle
 from audit.selectors import trail_decisions
 from decoding.models import GenerationJob, Matter
 from decoding.services import job_submit

@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from audit import binding, checkpoints
+from audit.evidence import binding, checkpoints
 from audit.keys import signing_key
 from audit.log import checkpoint_create, latest_checkpoint
 from audit.models import Checkpoint, DecisionRecord, LedgerEntry, Trail, VerificationRun
@@ -260,7 +260,14 @@ def test_an_export_can_withhold_the_prompt_and_still_verifies_offline(run_job, t
         stdout=io.StringIO(),
     )
     run = subprocess.run(
-        [sys.executable, "-m", "audit.offline_verify", str(path), "--key", signing_key().verifier],
+        [
+            sys.executable,
+            "-m",
+            "audit.offline_verify",
+            str(path),
+            "--key",
+            signing_key().verifier,
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from django.db import connection, transaction
 
-from audit import chain
+from audit.evidence import chain
 from audit.models import DecisionRecord
 from audit.store import trail_open
 from decoding.engine import (

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from audit import chain
+from audit.evidence import chain
 from audit.models import Trail
 from audit.verification import verify_everything, verify_trails
 

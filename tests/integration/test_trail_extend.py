@@ -7,7 +7,7 @@ import uuid
 import pytest
 from django.db import connection
 
-from audit import chain
+from audit.evidence import chain
 from audit.models import DecisionRecord, Trail
 from audit.store import TrailMoved, trail_append_many, trail_extend, trail_open, trail_seal
 

@@ -135,7 +135,14 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
         assert exported.returncode == 0, describe(exported)
         verifier_key = (var_dir / "checkpoint-signing.key").read_text().split()[1]
         offline = subprocess.run(
-            [sys.executable, "-m", "audit.offline_verify", str(bundle), "--key", verifier_key],
+            [
+                sys.executable,
+                "-m",
+                "audit.offline_verify",
+                str(bundle),
+                "--key",
+                verifier_key,
+            ],
             cwd=REPO_ROOT,
             capture_output=True,
             text=True,

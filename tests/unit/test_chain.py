@@ -1,11 +1,11 @@
-"""audit.chain without a database: canonical form, hashing and the verifier's reports."""
+"""audit.evidence.chain without a database: canonical form, hashing and the verifier's reports."""
 
 import json
 import math
 
 import pytest
 
-from audit import chain
+from audit.evidence import chain
 
 TRAIL = "3f2a6c1e-0000-4000-8000-000000000001"
 

@@ -5,7 +5,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from audit import chain
+from audit.evidence import chain
 from tests.data import make_golden_vectors
 
 VECTORS = json.loads(
@@ -14,7 +14,7 @@ VECTORS = json.loads(
 
 
 def _independent_sha256(*parts: str) -> str:
-    # Written from docs/audit-format.md alone, not from audit.chain.
+    # Written from docs/audit-format.md alone, not from audit.evidence.chain.
     return hashlib.sha256(b"\x00".join(part.encode("utf-8") for part in parts)).hexdigest()
 
 

@@ -7,7 +7,7 @@ import json
 import zipfile
 from pathlib import Path
 
-from audit.offline_verify import check_bundle, verify_bundle
+from audit.evidence.offline_verify import check_bundle, verify_bundle
 from tests.data import make_golden_matter
 
 DATA = Path(__file__).parents[1] / "data"
@@ -50,7 +50,7 @@ def test_bundles_of_the_formats_before_4_fail_unless_their_descriptive_members_a
 
 
 def test_a_trail_in_the_bundle_cannot_also_be_declared_left_out():
-    from audit import bundle_format
+    from audit.evidence import bundle_format
 
     with zipfile.ZipFile(io.BytesIO(SAMPLE)) as archive:
         members = {i.filename: archive.read(i) for i in archive.infolist()}

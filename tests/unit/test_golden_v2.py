@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from audit import offline_verify
+from audit.evidence import offline_verify
 from tests.data import make_golden_vectors_v2
 
 DATA = Path(__file__).parents[1] / "data"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from audit.binding import Answer
+from audit.evidence.binding import Answer
 from decoding.models import GenerationJob
 from decoding.selectors import job_answer, trail_for_job
 from decoding.web.logprobs import TokenLogprob, chat_logprobs, completion_logprobs

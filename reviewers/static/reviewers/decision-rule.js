@@ -1,6 +1,6 @@
 /* The decision rule, re-checked from the records alone, in the reviewer's browser.
 
-   The page verifier's second half of audit/decision_rule.py (docs/audit-format.md, "The decision
+   The page verifier's second half of audit/evidence/decision_rule.py (docs/audit-format.md, "The decision
    rule, re-checkable from the record"), written again from the doc: for every format-2 decision,
    each accept draw u from the RNG formula, each ratio as p / q, the accept test, where testing
    stopped, the correction's kind and draw, the emitted tokens, the stop and the token budget,

@@ -1,7 +1,7 @@
 /* Pathfinder bundle verifier, in the reviewer's own browser.
 
    A second, independent implementation of docs/audit-format.md (the first is Python's
-   audit.offline_verify): it checks a downloaded bundle, a one-trail bundle or a matter bundle,
+   audit.evidence.offline_verify): it checks a downloaded bundle, a one-trail bundle or a matter bundle,
    against keys the reviewer pinned, with nothing but WebCrypto (SHA-256, Ed25519). No library,
    no network: the server's word is not needed, and nothing here asks for it.
 
@@ -180,7 +180,7 @@
   const TEXT_MEMBERS = { "prompt.rendered": "prompt.txt", "answer.text": "answer.txt" };
 
   // --- README.txt and verification.txt, made from the other members (bundle format 4) ---------
-  // A port of audit.descriptive: the README templates are the same file (audit/bundle_texts.json,
+  // A port of audit.evidence.descriptive: the README templates are the same file (audit/evidence/bundle_texts.json,
   // which the page carries); report.pdf is laid out by ReportLab, which only offline_verify runs.
 
   const fill = (template, values) => template.replace(/\{([a-z_]+)\}/g, (_, key) => {
@@ -259,14 +259,14 @@
       return;
     }
     if (others.some((c) => !c.ok)) { check.detail = "not made again: the evidence failed the checks above"; return; }
-    if (!texts) { check.fail("this page carries no README templates (audit/bundle_texts.json)"); return; }
+    if (!texts) { check.fail("this page carries no README templates (audit/evidence/bundle_texts.json)"); return; }
     let made;
     try { made = isMatter ? matterTexts(m, texts) : trailTexts(m, texts); } catch (e) {
       check.fail(`cannot make README.txt, verification.txt and report.pdf again: ${e.message}`);
       return;
     }
     for (const name of ["README.txt", "verification.txt"]) {
-      if (!equal(m.get(name) ?? new Uint8Array(), utf8(made[name]))) check.fail(`${name} is not what the bundle's evidence makes (audit.descriptive)`);
+      if (!equal(m.get(name) ?? new Uint8Array(), utf8(made[name]))) check.fail(`${name} is not what the bundle's evidence makes (audit.evidence.descriptive)`);
     }
     if (check.ok) check.detail = "README.txt and verification.txt are what the evidence makes, byte for byte; report.pdf is made again only by python -m audit.offline_verify (ReportLab), not in this browser";
   }
@@ -480,7 +480,7 @@
     if (check.ok) check.detail = `${decisions.length} decisions re-checked: draws, ratios, accept tests, corrections, emitted tokens, stops, the token budget and copied drafts follow from the records` + unchecked.map((why) => `; not re-checked: ${why}`).join("");
   }
 
-  // models.json and params.json are exactly what the first record names (audit.bundle_format
+  // models.json and params.json are exactly what the first record names (audit.evidence.bundle_format
   // .described): the request record's models and params, or a format-1 first decision's.
   const pyFalsy = (v) => v === null || v === undefined || v === false || v === 0 || v === "" ||
     (typeof v === "object" && Object.keys(v).length === 0);
@@ -497,7 +497,7 @@
     if (check.ok) check.detail = "models.json and params.json are what the first record names, byte for byte";
   }
 
-  // --- the timestamp's shape (audit/der.py): one DER TimeStampResp, granted, CMS SignedData ---
+  // --- the timestamp's shape (audit/evidence/der.py): one DER TimeStampResp, granted, CMS SignedData ---
 
   function tlv(data, at) {  // [tag, value, end]; definite, minimal lengths only
     if (at + 2 > data.length) throw new Error("truncated");
@@ -570,7 +570,7 @@
   }
 
   // Attempt n > 1 names attempt n - 1 of its job (previous_trail), which must be in the bundle
-  // or listed as left out: a dropped earlier attempt shows (audit.offline_verify._check_attempts).
+  // or listed as left out: a dropped earlier attempt shows (audit.evidence.offline_verify._check_attempts).
   function checkAttempts(listed, requests, leftOut, check) {
     const byId = new Map(listed.map((e) => [e.trail_id, e]));
     const left = new Map((Array.isArray(leftOut) ? leftOut : []).filter((e) => e && typeof e === "object").map((e) => [e.trail_id, e]));
@@ -648,6 +648,10 @@
         await guarded(attempts, () => checkAttempts(listed, requests, matter.left_out, attempts));
       }
       if (matter && note && matter.tree_size !== note.size) matterCheck.fail("tree_size is not the checkpoint's size");
+      const held = new Set(listed.map((t) => t.trail_id));
+      for (const entry of Array.isArray(matter?.left_out) ? matter.left_out : []) {
+        if (held.has(entry?.trail_id)) matterCheck.fail(`trail ${entry.trail_id} is in the bundle and also listed as left out`);
+      }
     } else {
       await checkTrail(m, note, "", checks);
     }

@@ -1,4 +1,5 @@
-"""audit.decision_rule against the engine: every record the engine writes passes the re-check,
+"""audit.evidence.decision_rule against the engine: every record the engine writes passes the
+re-check,
 and each lie an outside examiner had a dishonest service sign (issue 22) fails it. The edits
 were written before the rule; each names the field a forger would touch."""
 
@@ -8,8 +9,8 @@ import copy
 
 import pytest
 
-from audit.decision_rule import DecisionRule
-from audit.decision_rule import uniform as verifier_uniform
+from audit.evidence.decision_rule import DecisionRule
+from audit.evidence.decision_rule import uniform as verifier_uniform
 from decoding.engine import (
     DraftModelDrafter,
     GenerationParams,

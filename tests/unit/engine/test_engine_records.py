@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from audit.binding import emitted_from
+from audit.evidence.binding import emitted_from
 from decoding.engine import (
     DraftModelDrafter,
     GenerationParams,

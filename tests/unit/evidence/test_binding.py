@@ -1,10 +1,10 @@
-"""audit.binding: the record format of v2 trails and the job-row check, probed with records
+"""audit.evidence.binding: the record format of v2 trails and the job-row check, probed with records
 that are well hashed but say the wrong thing (the chain alone would pass them)."""
 
 import pytest
 
-from audit import binding
-from audit.chain import canonical_json
+from audit.evidence import binding
+from audit.evidence.chain import canonical_json
 
 SALT = "ab" * 32
 JOB = "11111111-2222-4333-8444-555555555555"

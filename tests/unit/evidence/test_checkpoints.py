@@ -1,4 +1,5 @@
-"""audit.checkpoints: C2SP signed-note checkpoints, pinned by golden vectors and Go's own."""
+"""audit.evidence.checkpoints: C2SP signed-note checkpoints, pinned by golden vectors and Go's
+own."""
 
 import base64
 import hashlib
@@ -6,8 +7,8 @@ import hashlib
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from audit import checkpoints
-from audit.checkpoints import CheckpointError
+from audit.evidence import checkpoints
+from audit.evidence.checkpoints import CheckpointError
 
 # Golden vector: computed once by this module from a fixed seed and committed. A change here is a
 # change of the byte format that every auditor's stored verifier key depends on.

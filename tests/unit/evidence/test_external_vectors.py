@@ -12,8 +12,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from audit import checkpoints
-from audit.checkpoints import ALG_COSIGNATURE, CheckpointError
+from audit.evidence import checkpoints
+from audit.evidence.checkpoints import ALG_COSIGNATURE, CheckpointError
 
 VECTORS = json.loads(
     (Path(__file__).parents[2] / "data" / "external_vectors.json").read_text("utf-8")

@@ -1,10 +1,11 @@
-"""audit.merkle against the RFC 6962 reference vectors, exhaustive small trees, and tampering."""
+"""audit.evidence.merkle against the RFC 6962 reference vectors, exhaustive small trees, and
+tampering."""
 
 import hashlib
 
 import pytest
 
-from audit import merkle
+from audit.evidence import merkle
 
 # The Certificate Transparency reference inputs and tree heads (RFC 6962 test data, as used by
 # the CT and transparency-dev Merkle implementations).

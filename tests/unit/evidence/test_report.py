@@ -3,8 +3,8 @@ equal input gives equal bytes."""
 
 import subprocess
 
-from audit import bundle
-from audit.report import TrailFacts, trail_report
+from audit.evidence import bundle
+from audit.evidence.report import TrailFacts, trail_report
 
 LISTED = {
     "trail_id": "00000000-0000-4000-8000-000000000001",

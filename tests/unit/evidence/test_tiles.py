@@ -1,4 +1,5 @@
-"""The tiled log (audit.tile_math) against the plain RFC 6962 functions (audit.merkle): the same
+"""The tiled log (audit.evidence.tile_math) against the plain RFC 6962 functions
+(audit.evidence.merkle): the same
 roots, inclusion and consistency proofs, for sizes on and around every tile edge up to level 2;
 and the tile paths exactly as c2sp.org/tlog-tiles writes them.
 
@@ -11,8 +12,8 @@ import random
 
 import pytest
 
-from audit import merkle
-from audit.tile_math import WIDTH, TileTree, parse_tile_path, tile_path
+from audit.evidence import merkle
+from audit.evidence.tile_math import WIDTH, TileTree, parse_tile_path, tile_path
 
 LEAVES = [f"leaf {i}".encode() for i in range(70_000)]
 LEAF_HASHES = [merkle.leaf_hash(leaf) for leaf in LEAVES]

@@ -2,7 +2,8 @@
 
 import pytest
 
-from audit import checkpoints, witnessing
+from audit import witnessing
+from audit.evidence import checkpoints
 
 _, WITNESS = checkpoints.generate_signing_key("w.example/1", alg=checkpoints.ALG_COSIGNATURE)
 

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 
 GREEDY, SAMPLING = "greedy-argmax", "speculative-sampling"
-DECISION_SCOPE = "decision"  # the scope of a failure of this rule (audit.chain.Failure)
+DECISION_SCOPE = "decision"  # the scope of a failure of this rule (audit.evidence.chain.Failure)
 DECISION_PARAMS = {
     "max_tokens",
     "temperature",

@@ -18,7 +18,7 @@ import re
 import struct
 from abc import ABC, abstractmethod
 
-from audit import merkle
+from audit.evidence import merkle
 
 HEIGHT = 8
 WIDTH = 1 << HEIGHT  # hashes in a full tile

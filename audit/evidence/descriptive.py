@@ -1,6 +1,7 @@
 """A bundle's README.txt, verification.txt and report.pdf, made from its other members alone.
 
-Bundle format 4: the writer (audit.bundle) makes these three members with these functions from
+Bundle format 4: the writer (audit.evidence.bundle) makes these three members with these functions
+from
 the members it has just laid out, and both verifiers make them again from the bundle they were
 given and require the same bytes. So nothing in them can say what the records, the ledger leaf,
 the checkpoint, matter.json and the disclosed texts do not: a rewritten certification, a seal
@@ -18,8 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from audit import binding, checkpoints
-from audit.bundle_format import (
+from audit.evidence import binding, checkpoints
+from audit.evidence.bundle_format import (
     ANSWER,
     CHAIN,
     CHECKPOINT,
@@ -33,7 +34,7 @@ from audit.bundle_format import (
     VERIFICATION,
     trail_member,
 )
-from audit.trail_facts import Texts, TrailFacts
+from audit.evidence.trail_facts import Texts, TrailFacts
 
 # README.txt's templates, shared with the page verifier (verify.js), which fills them the same way.
 TEXTS = json.loads((Path(__file__).parent / "bundle_texts.json").read_text("utf-8"))
@@ -214,7 +215,7 @@ def _trail_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
             reportlab=REPORTLAB_VERSION,
         ),
     )
-    from audit import report  # ReportLab: only once the texts could be made
+    from audit.evidence import report  # ReportLab: only once the texts could be made
 
     pdf = report.trail_report(
         facts=facts, verification=verification, checkpoint_note=signed.note, origin=signed.origin
@@ -247,7 +248,7 @@ def _matter_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
             reportlab=REPORTLAB_VERSION,
         ),
     )
-    from audit import report
+    from audit.evidence import report
 
     pdf = report.matter_report(
         matter=matter,

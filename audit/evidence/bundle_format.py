@@ -1,8 +1,9 @@
 """The evidence bundle's byte layout: member names and order, size limits, the deterministic zip
-packing and the JSON forms. audit.bundle writes bundles with it and audit.offline_verify checks
+packing and the JSON forms. audit.evidence.bundle writes bundles with it and
+audit.evidence.offline_verify checks
 them with it, so writer and verifier cannot drift apart. docs/audit-format.md specifies it.
 
-Pure Python (standard library and audit.chain only), like the verifier.
+Pure Python (standard library and audit.evidence.chain only), like the verifier.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import zipfile
 import zlib
 from collections.abc import Sequence
 
-from audit import chain
+from audit.evidence import chain
 
 # 3: a one-trail bundle carries report.pdf; 2 (without it) still verifies.
 # 4: README.txt, verification.txt and report.pdf are made from the other members
-# (audit.descriptive) and verifiers require them byte for byte; 2 and 3 did not prove them.
+# (audit.evidence.descriptive) and verifiers require them byte for byte; 2 and 3 did not prove them.
 BUNDLE_FORMAT_VERSION = 4
 PROVEN_DESCRIPTIVE_SINCE = 4
 RECORDS = "records.jsonl"

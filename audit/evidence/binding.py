@@ -1,6 +1,7 @@
 """Audit format v2: a trail binds the question and the answer, not only the decisions.
 
-Pure Python (no Django), like audit.chain, so the offline verifier and the database verifier
+Pure Python (no Django), like audit.evidence.chain, so the offline verifier and the database
+verifier
 share it. docs/audit-format.md specifies every byte.
 
 A v2 trail's records, in seq order:
@@ -24,8 +25,8 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
-from audit.chain import Failure, canonical_json
-from audit.decision_rule import DECISION_SCOPE, DecisionRule
+from audit.evidence.chain import Failure, canonical_json
+from audit.evidence.decision_rule import DECISION_SCOPE, DecisionRule
 
 FORMAT_VERSION = 2  # the format of trails opened now; v1 trails (decisions only) still verify
 REQUEST, DECISION, ANSWER = "request", "decision", "answer"

@@ -26,7 +26,7 @@ from reportlab.platypus import (
     TableStyle,
 )
 
-from audit.trail_facts import TrailFacts
+from audit.evidence.trail_facts import TrailFacts
 
 _STYLES = getSampleStyleSheet()
 BODY = ParagraphStyle("body", parent=_STYLES["BodyText"], fontName="Helvetica", fontSize=9.5)

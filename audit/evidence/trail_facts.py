@@ -1,5 +1,6 @@
 """What a bundle says of one trail: the texts it discloses and the facts its records state,
-as the descriptive members (audit.descriptive) and the report (audit.report) show them.
+as the descriptive members (audit.evidence.descriptive) and the report (audit.evidence.report) show
+them.
 
 Pure Python (no Django), like the verifier.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from audit import binding
+from audit.evidence import binding
 
 
 @dataclass(frozen=True)

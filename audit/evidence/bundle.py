@@ -4,7 +4,8 @@ signed checkpoint and the question and answer the trail binds, as a deterministi
 
 Pure Python (no Django): the caller (audit.export) gathers the rows; this module only lays out
 bytes. The layout itself (member names and order, the zip packing, the JSON forms) is
-audit.bundle_format's, shared with the verifier. docs/audit-format.md specifies every member.
+audit.evidence.bundle_format's, shared with the verifier. docs/audit-format.md specifies every
+member.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from audit import chain, descriptive, merkle
-from audit.bundle_format import (
+from audit.evidence import chain, descriptive, merkle
+from audit.evidence.bundle_format import (
     ANSWER,
     CHAIN,
     CHECKPOINT,
@@ -39,7 +40,7 @@ from audit.bundle_format import (
     matter_member_names,
     trail_member,
 )
-from audit.trail_facts import NO_TEXTS, Texts  # noqa: F401 (callers name bundle.NO_TEXTS)
+from audit.evidence.trail_facts import NO_TEXTS, Texts  # noqa: F401 (callers name bundle.NO_TEXTS)
 
 BundleRecord = tuple[int, str, str, str]  # (seq, prev_hash, record_hash, payload_text)
 
@@ -135,7 +136,7 @@ def bundle_bytes(
     params: dict,
 ) -> bytes:
     """The bundle's zip bytes (bundle format 4). Writes what it is given, then README.txt,
-    verification.txt and report.pdf made from it (audit.descriptive); verifying it is the
+    verification.txt and report.pdf made from it (audit.evidence.descriptive); verifying it is the
     verifier's job."""
     trail = TrailEvidence(
         records,
@@ -171,7 +172,8 @@ def matter_bundle_bytes(
 ) -> bytes:
     """A matter bundle's zip bytes: matter.json (which lists `trails`, in the same order), the
     signed members, each trail's members under trails/<id>/, the report and the texts made from
-    them (audit.descriptive), the manifest (bundle_format.matter_member_names gives the order)."""
+    them (audit.evidence.descriptive), the manifest (bundle_format.matter_member_names gives the
+    order)."""
     listed = [entry["trail_id"] for entry in matter["trails"]]
     if listed != [trail.trail_id for trail in trails]:
         raise ValueError("matter.json must list exactly the trails given, in their order")

@@ -12,7 +12,9 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-FORMAT_VERSION = 1  # of the hash formulas below; a trail's record format is audit.binding's
+FORMAT_VERSION = (
+    1  # of the hash formulas below; a trail's record format is audit.evidence.binding's
+)
 _RECORD_TAG = b"PF-RECORD-v1"
 _GENESIS_TAG = b"PF-GENESIS-v1"
 _LEDGER_TAG = b"PF-LEDGER-v1"
@@ -109,7 +111,7 @@ def ledger_entry_hash(seq: int, prev_hash: str, payload: str) -> str:
 class Failure:
     """One broken link. `seq` is the record (or ledger entry) where the break shows."""
 
-    scope: str  # "trail", "decision" (audit.decision_rule), "ledger" or "checkpoint"
+    scope: str  # "trail", "decision" (audit.evidence.decision_rule), "ledger" or "checkpoint"
     trail_id: str | None
     seq: int | None
     reason: str
