@@ -22,7 +22,11 @@ from .evidence import bundle, descriptive
 from .evidence.bundle_format import MATTER_FORMAT_VERSION
 from .export import ExportError, described, listing, require_intact, signer, texts_of
 from .log import latest_checkpoint, log_size
-from .models import DecisionRecord, LedgerEntry, Trail
+from .models import DecisionRecord, LedgerEntry, MatterKey, Trail
+
+# Why a trail of the matter is not in the bundle (matter.json's left_out reasons).
+STILL_OPEN = "still open: its job has not ended"
+OUTSIDE = "outside the selection: its job was submitted on another day"
 
 
 @dataclass(frozen=True)
@@ -50,9 +54,15 @@ class MatterExport:
 
 
 def matter_export(
-    *, selection: MatterSelection, trail_ids: Sequence[uuid.UUID], out: Path | str
+    *,
+    selection: MatterSelection,
+    trail_ids: Sequence[uuid.UUID],
+    outside: Sequence[uuid.UUID] = (),
+    out: Path | str,
 ) -> MatterExport:
-    """Write the bundle of the trails `trail_ids` (the selection's, every attempt) to `out`."""
+    """Write the bundle of the trails `trail_ids` (the selection's, every attempt) to `out`.
+    `outside`: the matter's other trails, which its tags let an examiner find in the log, so
+    those the checkpoint covers are listed as left out."""
     checkpoint = latest_checkpoint(log_size())
     if checkpoint is None:
         raise ExportError("no signed checkpoint yet: beat signs one within a minute of a seal")
@@ -63,7 +73,7 @@ def matter_export(
     for trail in sorted(trails.values(), key=lambda t: (str(t.job_id), t.attempt)):
         entry = leaves.get(trail.id)
         if trail.status != Trail.Status.SEALED or entry is None:
-            left_out.append(_left_out(trail, "still open: its job has not ended"))
+            left_out.append(_left_out(trail, STILL_OPEN))
         elif entry.seq >= size:
             left_out.append(_left_out(trail, f"sealed after the checkpoint of {size} trails"))
         else:
@@ -73,6 +83,15 @@ def matter_export(
             f"{selection.described()}: no sealed trail that a signed checkpoint covers "
             f"({len(left_out)} left out)"
         )
+    sealed_outside = dict(
+        LedgerEntry.objects.filter(trail_id__in=list(outside), seq__lt=size).values_list(
+            "trail_id", "seq"
+        )
+    )
+    for trail in sorted(
+        Trail.objects.filter(id__in=sealed_outside), key=lambda t: sealed_outside[t.id]
+    ):
+        left_out.append(_left_out(trail, OUTSIDE))
     included.sort(key=lambda item: item[0])  # log order
     tree = tiles.Tiles(size)
     evidence, listed = [], []
@@ -101,6 +120,11 @@ def matter_export(
         "trails": listed,
         "left_out": left_out,
     }
+    key = MatterKey.objects.filter(matter=selection.matter).values_list("key", flat=True).first()
+    if key is not None:
+        matter_doc["matter_key"] = key
+    else:  # every trail of the matter was sealed before the tags (audit.0011): nothing to find
+        matter_doc["format_version"] = 1
     data = bundle.matter_bundle_bytes(
         matter=matter_doc,
         trails=evidence,

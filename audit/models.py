@@ -179,6 +179,19 @@ class LogTile(models.Model):
         return f"tile {self.level}/{self.index}"
 
 
+class MatterKey(models.Model):
+    """The secret with which a matter's leaves are tagged in the public log
+    (audit.evidence.matter_leaves): made when the matter's first trail is sealed, never
+    changed, disclosed in the matter's bundles so an examiner can find every leaf of it."""
+
+    matter = models.CharField(max_length=200, unique=True)
+    key = models.CharField(max_length=64)  # 32 random bytes, hex
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"tag key of matter {self.matter}"
+
+
 class TaskLock(models.Model):
     """A named lease for periodic work, so that only one runner does it at a time however many
     beat or worker processes fire it (portable: a conditional UPDATE, on SQLite too)."""

@@ -8,13 +8,15 @@ than per step, so many workers decode in parallel.
 from __future__ import annotations
 
 import contextlib
+import json
+import secrets
 import uuid
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .evidence import binding, chain
-from .models import DecisionRecord, LedgerEntry, Trail
+from .evidence import binding, chain, matter_leaves
+from .models import DecisionRecord, LedgerEntry, MatterKey, Trail
 
 # pg_advisory_xact_lock key for ledger appends ("PFLEDGER" as an integer).
 _LEDGER_LOCK_KEY = int.from_bytes(b"PFLEDGER", "big") & 0x7FFF_FFFF_FFFF_FFFF
@@ -150,6 +152,7 @@ def trail_seal(*, trail_id: uuid.UUID, outcome: str) -> LedgerEntry:
         last = LedgerEntry.objects.order_by("-seq").only("seq", "entry_hash").first()
         seq = last.seq + 1 if last else 0
         prev_hash = last.entry_hash if last else chain.ledger_genesis_hash()
+        sealed_at = timezone.now()
         payload = chain.ledger_payload(
             format_version=trail.format_version,
             trail_id=str(trail.id),
@@ -157,6 +160,7 @@ def trail_seal(*, trail_id: uuid.UUID, outcome: str) -> LedgerEntry:
             record_count=trail.record_count,
             head_hash=trail.head_hash,
             outcome=outcome,
+            tagged=(_matter_tag(trail), matter_leaves.utc_time(sealed_at)),
         )
         entry = LedgerEntry.objects.create(
             seq=seq,
@@ -166,9 +170,26 @@ def trail_seal(*, trail_id: uuid.UUID, outcome: str) -> LedgerEntry:
             entry_hash=chain.ledger_entry_hash(seq, prev_hash, payload),
         )
         Trail.objects.filter(pk=trail.pk).update(
-            status=Trail.Status.SEALED, outcome=outcome, sealed_at=timezone.now()
+            status=Trail.Status.SEALED, outcome=outcome, sealed_at=sealed_at
         )
     return entry
+
+
+def _matter_tag(trail: Trail) -> str | None:
+    """The leaf's matter tag: of the matter the trail's request record names (None when it
+    recorded none). Called under the ledger lock, which also serialises making a matter's key."""
+    request = (
+        DecisionRecord.objects.filter(trail=trail, kind=DecisionRecord.Kind.REQUEST)
+        .values_list("payload", flat=True)
+        .first()
+    )
+    if request is None:
+        return None
+    matter = json.loads(request)["matter"]
+    key = MatterKey.objects.filter(matter=matter).values_list("key", flat=True).first()
+    if key is None:
+        key = MatterKey.objects.create(matter=matter, key=secrets.token_hex(32)).key
+    return matter_leaves.matter_tag(key, str(trail.id))
 
 
 def _lock_ledger() -> None:

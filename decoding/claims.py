@@ -12,7 +12,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from audit.dbtext import canonical, uuid_text
-from audit.evidence import binding
+from audit.evidence import binding, matter_leaves
 from audit.models import Trail
 from decoding.engine import GenerationParams, params_payload
 from decoding.job_input import JOB_PARAM_FIELDS
@@ -71,6 +71,7 @@ def job_claim(job: GenerationJob) -> binding.Claim:
         model_spec=job.model_spec.name,
         question=job_question(job),
         answer=answer,
+        submitted_at=matter_leaves.utc_time(job.created_at),
     )
 
 
@@ -89,6 +90,7 @@ def job_request_payload(job: GenerationJob, trail, models) -> dict:
             "target": models.target.identity.as_payload(),
         },
         question=job_question(job),
+        submitted_at=matter_leaves.utc_time(job.created_at),
     )
 
 
@@ -109,6 +111,7 @@ _CLAIMED_FIELDS = (
     "stop_reason",
     "output_token_ids",
     "output_text",
+    "created_at",
     *JOB_PARAM_FIELDS,
 )
 

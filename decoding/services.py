@@ -234,7 +234,8 @@ def matter_bundle_export(
         raise ExportError("until: must not be before since")
     selection = MatterSelection(matter=matter.name, since=since, until=until)
     trail_ids = matter_trail_ids(matter, since=since, until=until)
-    return matter_export(selection=selection, trail_ids=trail_ids, out=out)
+    outside = set(matter_trail_ids(matter)) - set(trail_ids)
+    return matter_export(selection=selection, trail_ids=trail_ids, outside=sorted(outside), out=out)
 
 
 def replay_request(*, job: GenerationJob, user=None) -> Replay:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import FileResponse, HttpResponse
@@ -258,7 +259,13 @@ def job_sign_off(request, job_id: uuid.UUID):
 def bundle_verify(request):
     """The in-browser verifier (static/reviewers/verify.js): the page only hosts it; every
     check runs on the reviewer's machine against the keys they pinned."""
-    return render(request, "reviewers/verify.html", {"bundle_texts": descriptive.TEXTS})
+    context = {
+        "bundle_texts": descriptive.TEXTS,
+        # This service's log, whose tiles the page reads to check a matter of it complete.
+        "log_url": reverse("log:checkpoint").removesuffix("checkpoint"),
+        "log_origin": settings.PATHFINDER_LOG_ORIGIN,
+    }
+    return render(request, "reviewers/verify.html", context)
 
 
 @login_required

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from audit.evidence.chain import Failure, canonical_json
 from audit.evidence.decision_rule import DECISION_SCOPE, DecisionRule
+from audit.evidence.matter_leaves import UTC_TIME
 
 FORMAT_VERSION = 2  # the format of trails opened now; v1 trails (decisions only) still verify
 REQUEST, DECISION, ANSWER = "request", "decision", "answer"
@@ -113,10 +114,12 @@ def request_payload(
     model_spec: str,
     models: dict,
     question: Question,
+    submitted_at: str | None = None,
 ) -> dict:
-    """The payload of a v2 trail's seq-0 record."""
+    """The payload of a v2 trail's seq-0 record. `submitted_at` (UTC_TIME: when the caller
+    submitted the job) is in the records of trails opened since the matter tags."""
     texts = question.texts()
-    return {
+    payload = {
         "v": FORMAT_VERSION,
         "kind": REQUEST,
         "job": job_id,
@@ -133,6 +136,9 @@ def request_payload(
             "digests": {name: bound_digest(trail_salt, name, texts[name]) for name in texts},
         },
     }
+    if submitted_at is not None:
+        payload["submitted_at"] = submitted_at
+    return payload
 
 
 def answer_payload(*, trail_salt: str, answer: Answer, steps: int) -> dict:
@@ -215,6 +221,8 @@ class Contents:
             return
         if prompt.get("given") not in GIVEN_KINDS:
             self.fail(seq, f"request record's prompt.given is not one of {list(GIVEN_KINDS)}")
+        if "submitted_at" in payload and not UTC_TIME.fullmatch(str(payload["submitted_at"])):
+            self.fail(seq, "request record's submitted_at is not a UTC time (…T…:…:….ffffffZ)")
         self.request = payload
 
     def _decision(self, seq: int, payload: dict, *, step: int) -> None:
@@ -281,6 +289,7 @@ class Claim:
     model_spec: str
     question: Question
     answer: Answer | None
+    submitted_at: str | None = None  # UTC_TIME; compared when the request record holds one
 
 
 def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Failure]:
@@ -307,6 +316,8 @@ def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Fa
     ):
         if request.get(name) != value:
             fail(f"{name} differs from the trail's request record", 0)
+    if "submitted_at" in request and request["submitted_at"] != claim.submitted_at:
+        fail("the submission time differs from the request record's submitted_at", 0)
     prompt = request["prompt"]  # its shape was checked when the record was observed
     if prompt.get("given") != claim.question.given_kind:
         fail("the prompt's form (text, messages or ids) differs from the request record", 0)

@@ -64,7 +64,10 @@ MEMBER_NAMES_V2 = tuple(name for name in MEMBER_NAMES if name != REPORT)
 # matter.json, the signed members (checkpoint, timestamp, key), each listed trail's TRAIL_MEMBERS
 # under trails/<trail id>/, in matter.json's order, then report.pdf, verification.txt, README.txt
 # and manifest.json over all of them.
-MATTER_FORMAT_VERSION = 1
+# Matter format 2 adds matter_key (the key of the matter's leaf tags, audit.evidence.matter_leaves);
+# format 1, written before the tags, has none.
+MATTER_FORMAT_VERSION = 2
+MATTER_FORMAT_VERSIONS = (1, 2)
 SIGNED_MEMBERS = (CHECKPOINT, TIMESTAMP, VERIFIER_KEY)
 TRAIL_MEMBERS = (
     RECORDS,

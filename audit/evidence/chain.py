@@ -87,18 +87,22 @@ def ledger_payload(
     record_count: int,
     head_hash: str,
     outcome: str,
+    tagged: tuple[str | None, str] | None = None,
 ) -> str:
-    """A sealed trail's leaf; "v" is the trail's format version (1 or 2)."""
-    return canonical_json(
-        {
-            "v": format_version,
-            "trail": trail_id,
-            "job": job_id,
-            "records": record_count,
-            "head": head_hash,
-            "outcome": outcome,
-        }
-    )
+    """A sealed trail's leaf; "v" is the trail's format version (1 or 2). `tagged`, in leaves
+    sealed since the matter tags: the matter tag (None for a trail that recorded no request,
+    whose matter no record names) and the seal time (audit.evidence.matter_leaves)."""
+    leaf = {
+        "v": format_version,
+        "trail": trail_id,
+        "job": job_id,
+        "records": record_count,
+        "head": head_hash,
+        "outcome": outcome,
+    }
+    if tagged is not None:
+        leaf["matter_tag"], leaf["sealed_at"] = tagged
+    return canonical_json(leaf)
 
 
 def ledger_entry_hash(seq: int, prev_hash: str, payload: str) -> str:

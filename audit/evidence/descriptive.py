@@ -223,6 +223,14 @@ def _trail_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
     return {REPORT: pdf, VERIFICATION: verification.encode(), README: readme.encode()}
 
 
+# Why a matter bundle leaves a trail out, as its README sums them up, by matter format (2 lists
+# the matter's trails submitted outside the selection too: its tags let an examiner find them).
+_LEFT_OUT_REASONS = {
+    1: "still open, or sealed after the checkpoint",
+    2: "still open, sealed after the checkpoint, or submitted outside the selection",
+}
+
+
 def _matter_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
     matter, signed = _json(members, MATTER), signed_of(members)
     ids = [entry["trail_id"] for entry in matter["trails"]]
@@ -240,10 +248,11 @@ def _matter_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
             tree_size=signed.tree_size,
             left_out=(
                 f"\n{left_out} trail(s) of the selection are left out and listed in matter.json "
-                "with the reason (still open, or sealed after the checkpoint)."
+                f"with the reason ({_LEFT_OUT_REASONS[matter['format_version']]})."
                 if left_out
                 else ""
             ),
+            completeness=TEXTS[f"matter_completeness_{matter['format_version']}"],
             verification=verification,
             reportlab=REPORTLAB_VERSION,
         ),

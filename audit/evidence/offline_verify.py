@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from audit.evidence import binding, chain, checkpoints, der, descriptive, merkle
+from audit.evidence import binding, chain, checkpoints, der, descriptive, matter_leaves, merkle
 from audit.evidence.bundle_format import (
     ANSWER,
     BUNDLE_FORMAT_VERSION,
@@ -54,7 +54,7 @@ from audit.evidence.bundle_format import (
     LEDGER_LEAF,
     MANIFEST,
     MATTER,
-    MATTER_FORMAT_VERSION,
+    MATTER_FORMAT_VERSIONS,
     MAX_BUNDLE_BYTES,
     MAX_MEMBER_BYTES,
     MEMBER_NAMES,
@@ -390,16 +390,14 @@ def _check_leaf(b: _Bundle, check: Check) -> None:
         return
     if canonical != leaf["payload"]:
         check.fail("ledger payload is not in canonical form")
-    if not isinstance(sealed, dict) or set(sealed) != {
-        "v",
-        "trail",
-        "job",
-        "records",
-        "head",
-        "outcome",
-    }:
-        check.fail("ledger payload must hold exactly v, trail, job, records, head, outcome")
+    if not isinstance(sealed, dict) or set(sealed) not in (_LEAF_KEYS, _TAGGED_LEAF_KEYS):
+        check.fail(
+            "ledger payload must hold exactly v, trail, job, records, head, outcome (and, "
+            "sealed since the matter tags, matter_tag and sealed_at)"
+        )
         return
+    if "sealed_at" in sealed and not matter_leaves.UTC_TIME.fullmatch(str(sealed["sealed_at"])):
+        check.fail("ledger leaf's sealed_at is not a UTC time (…T…:…:….ffffffZ)")
     if b.contents is None or sealed["v"] != b.contents.format_version:
         check.fail(f"ledger payload version {sealed['v']!r} is not the chain's format_version")
     if b.trail_id is None or b.record_count is None:
@@ -420,6 +418,11 @@ def _check_leaf(b: _Bundle, check: Check) -> None:
         request = b.contents.request
         if request is not None and sealed["job"] != request.get("job"):
             check.fail("ledger leaf seals another job than the request record names")
+        tag = sealed.get("matter_tag", "")
+        if "matter_tag" in sealed and (request is None) != (tag is None):
+            check.fail("a leaf carries a matter tag exactly when its trail recorded a request")
+        elif tag is not None and "matter_tag" in sealed and not _HEX64.fullmatch(str(tag)):
+            check.fail("ledger leaf's matter_tag is not a SHA-256 hex digest")
     if not check.failures:
         check.detail = (
             f"ledger entry {b.leaf_index} seals this trail, {b.record_count} records and its head "
@@ -748,13 +751,16 @@ def inspect_bundle(
     witness_quorum: int | None = None,
     tsa_pem: bytes | None = None,
     unproven_descriptive: bool = False,
+    log: str | None = None,
 ) -> Findings:
     """Every check of a bundle (a path, or the zip's bytes), in order, failures collected, and
     the question and answer it verified. `keys` are the pinned log verifier keys (several when
     the log's key was rotated); `witness_keys` the pinned witnesses, of which `witness_quorum`
     (default: all) must have cosigned; `tsa_pem` the time-stamping authority's certificates;
     `unproven_descriptive` accepts a bundle of format 2 or 3, whose README.txt, verification.txt
-    and report.pdf nothing proves, and disregards those three."""
+    and report.pdf nothing proves, and disregards those three; `log` is where the log's tiles
+    are read (a URL prefix or a directory), against which a matter bundle's completeness is
+    checked."""
     container = Check("zip container")
     data = _bundle_bytes(source, container)
     if data is None:
@@ -774,7 +780,9 @@ def inspect_bundle(
         _check_manifest(b, names, b.check("manifest"))
         _check_trail(b, "")
     evidence_ok = all(c.ok for c in b.checks)  # before the pins, which judge trust, not content
-    _check_signed(b, keys, witness_keys, witness_quorum, tsa_pem)
+    signed = _check_signed(b, keys, witness_keys, witness_quorum, tsa_pem)
+    if doc is not None:
+        _check_completeness(b.check("completeness"), doc, signed, log)
     _check_descriptive(b, b.check("descriptive files"), evidence_ok, unproven_descriptive)
     if doc is not None:
         return Findings(b.checks, matter=doc)
@@ -792,8 +800,11 @@ def _check_trail(b: _Bundle, label: str) -> None:
     _check_described(b, b.check(f"{label}models and params"))
 
 
-def _check_signed(b: _Bundle, keys, witness_keys, witness_quorum, tsa_pem) -> None:
-    """The checkpoint: its signature, the pinned key, the witnesses and the timestamp."""
+def _check_signed(
+    b: _Bundle, keys, witness_keys, witness_quorum, tsa_pem
+) -> checkpoints.Checkpoint | None:
+    """The checkpoint: its signature, the pinned key, the witnesses and the timestamp; the
+    checkpoint when its signature verifies."""
     sig = b.check("checkpoint signature")
     bundled = _bundled_key(b, sig)
     cp = _check_signature(b, sig, bundled)
@@ -816,9 +827,53 @@ def _check_signed(b: _Bundle, keys, witness_keys, witness_quorum, tsa_pem) -> No
         _check_timestamp(b, b.check("timestamp"), tsa_pem)
     elif b.members.get(TIMESTAMP):
         _check_timestamp_shape(b, b.check("timestamp"))
+    return cp
 
 
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _check_completeness(
+    check: Check, doc: dict, signed: checkpoints.Checkpoint | None, log: str | None
+) -> None:
+    """With the log's tiles: every leaf the matter's key tags, up to the checkpoint, is a trail
+    of the bundle or listed as left out, and no trail listed as left out is another matter's."""
+    if "matter_key" not in doc:
+        check.skipped = True
+        check.detail = "not checked: a matter bundle of format 1 discloses no matter key"
+        return
+    if log is None:
+        check.skipped = True
+        check.detail = "not checked: pass --log with the log's tiles (https://<host>/log)"
+        return
+    if signed is None:
+        check.fail("the log's leaves cannot be read against a checkpoint that does not verify")
+        return
+    try:
+        leaves = matter_leaves.read_leaves(log, signed.size, signed.root)
+    except matter_leaves.LogUnreadable as exc:
+        check.fail(f"the log at {log}: {exc}")
+        return
+    left_out = [e.get("trail_id") for e in _list(doc["left_out"]) if isinstance(e, dict)]
+    found = matter_leaves.scan(leaves, doc["matter_key"], asked=left_out)
+    listed = [t.get("trail_id") for t in _list(doc["trails"]) if isinstance(t, dict)]
+    for reason in matter_leaves.completeness_failures(found, listed, left_out):
+        check.fail(reason)
+    if found.tagged_from is None:
+        check.fail(f"none of the log's {found.leaves} leaves carries a matter tag")
+    if not check.failures:
+        check.detail = (
+            f"the log's {found.leaves} leaves (read from {log}) make the checkpoint's root; from "
+            f"leaf {found.tagged_from} on, where the tags begin, the matter's {len(found.matter)} "
+            "leaves are every one in the bundle or left out"
+        )
+
+
+_LEAF_KEYS = {"v", "trail", "job", "records", "head", "outcome"}
+_TAGGED_LEAF_KEYS = _LEAF_KEYS | matter_leaves.TAGGED_LEAF_KEYS
 _MATTER_KEYS = {"format_version", "matter", "since", "until", "tree_size", "trails", "left_out"}
+_MATTER_KEYS_BY_FORMAT = {1: _MATTER_KEYS, 2: _MATTER_KEYS | {"matter_key"}}
 _LISTED_KEYS = {"trail_id", "job_id", "attempt", "outcome", "abandoned", "leaf_index"}
 
 
@@ -826,10 +881,18 @@ def _check_matter(b: _Bundle, names: list[str]) -> dict | None:
     """A matter bundle: matter.json, its members, the manifest, then every listed trail as a
     bundle of its own under the one checkpoint, each agreeing with its listing."""
     check = b.check("matter.json")
-    doc = b.json(MATTER, check, _MATTER_KEYS)
+    doc = b.json(MATTER, check)
+    if doc is not None and doc.get("format_version") not in MATTER_FORMAT_VERSIONS:
+        check.fail(f"unsupported matter format_version {doc.get('format_version')!r}")
+        doc = None
+    elif doc is not None and set(doc) != _MATTER_KEYS_BY_FORMAT[doc["format_version"]]:
+        keys = sorted(_MATTER_KEYS_BY_FORMAT[doc["format_version"]])
+        check.fail(f"matter.json of format {doc['format_version']} must hold exactly {keys}")
+        doc = None
+    if doc is not None and "matter_key" in doc and not _HEX64.fullmatch(str(doc["matter_key"])):
+        check.fail("matter_key must be 64 lowercase hex digits")
+        doc = None
     listed = doc.get("trails") if doc is not None else None
-    if doc is not None and doc["format_version"] != MATTER_FORMAT_VERSION:
-        check.fail(f"unsupported matter format_version {doc['format_version']!r}")
     if doc is not None and (not isinstance(doc["matter"], str) or not _int(doc["tree_size"])):
         check.fail("matter must be a string and tree_size a non-negative integer")
     if (
@@ -958,6 +1021,9 @@ def _check_listed_trail(b: _Bundle, doc: dict, entry: dict) -> dict | None:
             f"{request.get('attempt')!r}; matter.json lists {doc['matter']!r}, attempt "
             f"{entry['attempt']!r}"
         )
+    key, tag = doc.get("matter_key"), sealed.get("matter_tag") if isinstance(sealed, dict) else None
+    if key is not None and tag is not None and tag != matter_leaves.matter_tag(key, trail_id):
+        check.fail("its ledger leaf's matter_tag is not the one matter_key makes for it")
     if not check.failures:
         check.detail = (
             f"job {entry['job_id']}, attempt {entry['attempt']}, {entry['outcome']}, of matter "
@@ -1030,6 +1096,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="accept a bundle of format 2 or 3 and disregard its README.txt, verification.txt "
         "and report.pdf, which that format does not prove",
     )
+    parser.add_argument(
+        "--log",
+        help="the log's public tiles, a URL prefix (https://<host>/log) or a directory of the "
+        "same layout: a matter bundle is then checked complete against every leaf up to its "
+        "checkpoint",
+    )
     args = parser.parse_args(argv)
     if args.witness_quorum is not None and not 0 <= args.witness_quorum <= len(args.witness_key):
         parser.error("--witness-quorum must be between 0 and the number of --witness-key")
@@ -1040,6 +1112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         witness_quorum=args.witness_quorum,
         tsa_pem=args.tsa_cert.read_bytes() if args.tsa_cert else None,
         unproven_descriptive=args.unproven_descriptive,
+        log=args.log,
     )
     print(f"Pathfinder evidence bundle {args.bundle}")
     for c in findings.checks:

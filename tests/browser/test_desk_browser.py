@@ -106,6 +106,10 @@ def test_a_produced_matter_verifies_offline_and_reads_as_a_report(
     pinned = offline_verify(bundle, "--key", stack_key(portal))
     assert pinned.returncode == 0, describe_run(pinned)
     assert "MATTER 'Doe v. Roe'" in pinned.stdout
+    # Complete against the service's public log, read over HTTP as an examiner reads it.
+    complete = offline_verify(bundle, "--key", stack_key(portal), "--log", f"{portal.base_url}/log")
+    assert complete.returncode == 0, describe_run(complete)
+    assert "OK    completeness: the log's" in complete.stdout
     with zipfile.ZipFile(bundle) as archive:
         matter = json.loads(archive.read("matter.json"))
         (tmp_path / "report.pdf").write_bytes(archive.read("report.pdf"))
@@ -213,6 +217,11 @@ def tampered_copies(data: bytes) -> dict[str, bytes]:
         ]
         m["matter.json"] = json_form(doc)
 
+    def another_matter_key(m):  # a key that tags none of the bundle's leaves
+        doc = json.loads(m.get("matter.json", b"{}"))
+        if "matter_key" in doc:
+            m["matter.json"] = json_form({**doc, "matter_key": "6d" * 32})
+
     def no_cosignature(m):
         lines = m["checkpoint.txt"].decode().split("\n")
         m["checkpoint.txt"] = "\n".join(lines[:5] + [""]).encode()  # body, blank, log's line
@@ -248,8 +257,27 @@ def tampered_copies(data: bytes) -> dict[str, bytes]:
         "checkpoint.tsr garbage": repacked(data, garbage_timestamp),
         "README.txt rewritten": repacked(data, readme),
         "a held trail declared left out": repacked(data, declared_left_out),
+        "another matter's key": repacked(data, another_matter_key),
         "verification.txt rewritten": repacked(data, verification),
     }
+
+
+def dropped_trail(data: bytes) -> bytes:
+    """A matter bundle without one of its single-attempt trails (listing and members), its
+    README.txt, verification.txt and report.pdf made again: a forger who knows the format."""
+    from audit.evidence import descriptive
+
+    def drop(m):
+        doc = json.loads(m["matter.json"])
+        jobs = [t["job_id"] for t in doc["trails"]]
+        gone = next(t["trail_id"] for t in doc["trails"] if jobs.count(t["job_id"]) == 1)
+        doc["trails"] = [t for t in doc["trails"] if t["trail_id"] != gone]
+        m["matter.json"] = json_form(doc)
+        for name in [n for n in m if n.startswith(f"trails/{gone}/")]:
+            del m[name]
+        m.update(descriptive.matter_descriptive(m))
+
+    return repacked(data, drop)
 
 
 def json_form(value) -> bytes:
@@ -419,7 +447,20 @@ def test_a_reviewer_verifies_a_download_in_the_page(
     page.set_input_files("#bundle-file", str(bundle))
     page.locator("button#verify-bundle").click()
     expect(page.locator("#verdict")).to_contain_text("Verified in this browser")
+    expect(page.locator('li[data-check="completeness"]')).to_have_attribute("data-ok", "true")
     page.screenshot(path=str(screenshot_dir / "verify.png"), full_page=True)
+
+    # A trail dropped whole, its descriptive members made again: only the log shows it.
+    dropped = tmp_path / "dropped.zip"
+    dropped.write_bytes(dropped_trail(bundle.read_bytes()))
+    assert all(c.ok for c in check_bundle(dropped.read_bytes(), keys=[stack_key(portal)]))
+    page.reload()
+    page.set_input_files("#bundle-file", str(dropped))
+    page.locator("button#verify-bundle").click()
+    expect(page.locator("#verdict")).to_contain_text("NOT verified")
+    expect(page.locator('li[data-check="completeness"]')).to_contain_text(
+        "neither in the bundle nor listed as left out"
+    )
 
     tampered = tmp_path / "tampered.zip"
     tampered.write_bytes(tampered_copies(bundle.read_bytes())["answer edited"])

@@ -30,7 +30,14 @@ def test_the_application_cannot_update_or_delete_a_record(sealed):
 
 
 @pytest.mark.parametrize(
-    "table", ["audit_decisionrecord", "audit_ledgerentry", "audit_trail", "audit_verificationrun"]
+    "table",
+    [
+        "audit_decisionrecord",
+        "audit_ledgerentry",
+        "audit_trail",
+        "audit_verificationrun",
+        "audit_matterkey",
+    ],
 )
 def test_truncate_is_refused(sealed, table):
     # Fire the deferred foreign-key checks of the setup now, or PostgreSQL refuses TRUNCATE for
@@ -50,12 +57,25 @@ def test_truncate_is_refused(sealed, table):
         "DELETE FROM audit_ledgerentry",
         "UPDATE audit_trail SET record_count = 0",
         "DELETE FROM audit_trail",
+        "UPDATE audit_matterkey SET key = repeat('0', 64)",
+        "DELETE FROM audit_matterkey",
     ],
 )
 def test_triggers_still_fire_under_session_replication_role_replica(sealed, statement):
     execute("SET LOCAL session_replication_role = replica")
     with REFUSED:
         execute(statement)
+
+
+def test_a_matters_tag_key_is_made_once_and_never_changed(sealed):
+    """Replacing a matter's key would untag its leaves and hide them from the completeness
+    check (audit.evidence.matter_leaves): the database refuses it."""
+    from audit.models import MatterKey
+
+    key = MatterKey.objects.get()
+    with REFUSED as update, transaction.atomic():
+        MatterKey.objects.filter(pk=key.pk).update(key="0" * 64)
+    assert "append-only" in str(update.value)
 
 
 def test_an_insert_that_does_not_extend_the_head_is_refused(run_job):

@@ -65,10 +65,12 @@ def produced(owner, outsider, run_job, beat):
     died_mid_decode(retried)  # attempt 1's worker dies mid-decode
     job_run(job_id=retried.id)  # attempt 2 abandons it and answers
     retried.refresh_from_db()
-    january = run_job(max_tokens=8)
+    january = queued(owner)  # submitted last January: its request record says so
     GenerationJob.objects.filter(pk=january.pk).update(
         created_at=datetime.datetime(2026, 1, 15, 12, tzinfo=datetime.UTC)
     )
+    job_run(job_id=january.id)
+    january.refresh_from_db()
     other = chat(outsider.api, "What is the capital of France?")
     beat()
     late = run_job(max_tokens=8)
@@ -299,3 +301,140 @@ def test_a_trail_bundle_carries_its_report_too(produced, tmp_path):
     again = tmp_path / "again.zip"
     call_command("export_trail", "--job", str(job.id), "--out", str(again))
     assert again.read_bytes() == out.read_bytes()  # nothing depends on when it was exported
+
+
+# Completeness against the public log (issue 22 item 4): the tests below were written before
+# the tags, from the examiner's side: what a dishonest export could hide.
+
+
+def mirrored_log(client, tmp_path, size: int) -> str:
+    """The log's public entry bundles as an examiner mirrors them, fetched from /log (the
+    service's own view, through Django's test client) into a directory of the same layout."""
+    from audit.evidence.tile_math import WIDTH, tile_path
+
+    root = tmp_path / "log"
+    for index in range(-(-size // WIDTH)):
+        path = tile_path(0, index, min(WIDTH, size - index * WIDTH), entries=True)
+        response = client.get(f"/log/{path}")
+        assert response.status_code == 200, path
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(response.content)
+    return str(root)
+
+
+def competent(data: bytes, change) -> bytes:
+    """repacked, with README.txt, verification.txt and report.pdf made again from the edited
+    evidence: the forger knows the format and this repository's code."""
+    from audit.evidence import descriptive
+
+    def change_and_describe(m):
+        change(m)
+        m.update(descriptive.matter_descriptive(m))
+
+    return repacked(data, change_and_describe)
+
+
+def test_a_matter_bundle_is_complete_against_the_public_log(produced, client, tmp_path, capsys):
+    data, doc = export(tmp_path)
+    assert doc["format_version"] == 2 and len(doc["matter_key"]) == 64
+    log = mirrored_log(client, tmp_path, doc["tree_size"])
+    code = offline_main([str(tmp_path / "matter.zip"), "--key", key()[0], "--log", log])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "OK    completeness: the log's" in printed and "RESULT: VERIFIED" in printed
+    # Without the log the check is named as not run, not passed.
+    offline_main([str(tmp_path / "matter.zip"), "--key", key()[0]])
+    assert "SKIP  completeness: not checked: pass --log" in capsys.readouterr().out
+
+
+def test_a_day_selection_lists_the_matters_other_sealed_trails_as_left_out(
+    produced, client, tmp_path
+):
+    data, doc = export(tmp_path, "--since", "2026-01-16")
+    january = str(produced["january"].trail_id)
+    left = {t["trail_id"]: t["reason"] for t in doc["left_out"]}
+    assert "outside the selection" in left[january]
+    log = mirrored_log(client, tmp_path, doc["tree_size"])
+    assert verify_bundle(data, keys=key(), log=log) == []
+
+
+def test_a_trail_dropped_whole_from_a_matter_is_found_in_the_log(produced, client, tmp_path):
+    """A first attempt removed with its members and its listing, the descriptive members made
+    again: every check of the bundle alone passes, and the log's tags still find it."""
+    data, doc = export(tmp_path)
+    dropped = str(produced["answered"].trail_id)
+
+    def drop(m):
+        listed = json.loads(m[MATTER])
+        listed["trails"] = [t for t in listed["trails"] if t["trail_id"] != dropped]
+        m[MATTER] = json_member(listed)
+        for name in [n for n in m if n.startswith(f"trails/{dropped}/")]:
+            del m[name]
+
+    forged = competent(data, drop)
+    assert verify_bundle(forged, keys=key()) == []  # what the bundle alone cannot show
+    log = mirrored_log(client, tmp_path, doc["tree_size"])
+    failures = verify_bundle(forged, keys=key(), log=log)
+    assert any(
+        f"seals trail {dropped}" in f and "neither in the bundle nor listed as left out" in f
+        for f in failures
+    ), failures
+
+
+def test_a_made_up_left_out_entry_is_refused(produced, client, tmp_path):
+    """Another matter's sealed trail listed as this matter's left-out trail (to pad the
+    count, or to explain away a gap) is not one of this matter's leaves."""
+    data, doc = export(tmp_path)
+    theirs = produced["other"]
+
+    def pad(m):
+        listed = json.loads(m[MATTER])
+        listed["left_out"].append(
+            {"trail_id": str(theirs.trail_id), "job_id": str(theirs.id), "reason": "made up"}
+        )
+        m[MATTER] = json_member(listed)
+
+    log = mirrored_log(client, tmp_path, doc["tree_size"])
+    failures = verify_bundle(competent(data, pad), keys=key(), log=log)
+    assert any("listed as left out, but leaf" in f for f in failures), failures
+
+
+def test_another_matters_key_finds_none_of_this_matters_leaves(produced, client, tmp_path):
+    from audit.evidence import matter_leaves
+
+    data, doc = export(tmp_path)
+    other_out = tmp_path / "other.zip"
+    call_command("export_matter", "--matter", "Other v. Matter", "--out", str(other_out))
+    with zipfile.ZipFile(other_out) as archive:
+        their_key = json.loads(archive.read(MATTER))["matter_key"]
+    log = mirrored_log(client, tmp_path, doc["tree_size"])
+    from audit.evidence import checkpoints
+    from audit.log import latest_checkpoint, log_size
+
+    size = doc["tree_size"]
+    note = latest_checkpoint(log_size()).note
+    leaves = matter_leaves.read_leaves(log, size, checkpoints.parse_unverified(note).root)
+    ours = {t["trail_id"] for t in doc["trails"]}
+    found = {leaf.trail_id for leaf in matter_leaves.scan(leaves, their_key).matter}
+    assert found == {str(produced["other"].trail_id)} and not found & ours
+    # And the leaves say when they were sealed; a request record when its job was submitted.
+    sealed = [json.loads(leaf) for leaf in leaves]
+    assert all(matter_leaves.UTC_TIME.fullmatch(leaf["sealed_at"]) for leaf in sealed)
+
+
+def test_the_request_record_carries_the_submission_time_and_verify_chain_holds_the_row_to_it(
+    produced,
+):
+    from audit.evidence import matter_leaves
+    from audit.models import DecisionRecord
+
+    answered = produced["answered"]
+    request = json.loads(DecisionRecord.objects.get(trail_id=answered.trail_id, seq=0).payload)
+    assert request["submitted_at"] == matter_leaves.utc_time(answered.created_at)
+    GenerationJob.objects.filter(pk=answered.pk).update(
+        created_at=answered.created_at - datetime.timedelta(days=3)
+    )
+    out = io.StringIO()
+    with pytest.raises(SystemExit):
+        call_command("verify_chain", "--job", str(answered.id), stdout=out, stderr=out)
+    assert "submission time differs" in out.getvalue()

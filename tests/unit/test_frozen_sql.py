@@ -23,6 +23,7 @@ def test_the_append_only_migrations_are_frozen():
         "audit/0002_append_only_triggers",
         "audit/0004_checkpoint_append_only",
         "audit/0009_log_tiles",
+        "audit/0011_matter_keys",
         "reviewers/0002_custody_append_only",
         "reviewers/0003_verdicts_append_only",
         "reviewers/0004_custody_pending_and_points",

@@ -53,6 +53,11 @@
   const sha256 = async (...parts) =>
     new Uint8Array(await crypto.subtle.digest("SHA-256", concat(...parts)));
   const text = (bytes) => strictUtf8.decode(bytes);
+  const HEX64 = /^[0-9a-f]{64}$/, UTC_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
+  async function matterTag(matterKey, trailId) {  // audit.evidence.matter_leaves.matter_tag
+    const key = await crypto.subtle.importKey("raw", unhex(matterKey), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+    return hex(new Uint8Array(await crypto.subtle.sign("HMAC", key, concat(utf8("PF-MATTER-TAG-v1"), NUL, utf8(trailId)))));
+  }
 
   // --- canonical JSON (records, manifest) and the bundle's JSON form (other members) ---------
 
@@ -234,6 +239,10 @@
       reportlab: texts.reportlab });
     return { "verification.txt": verification, "README.txt": readme };
   }
+  const LEFT_OUT_REASONS = {  // descriptive._LEFT_OUT_REASONS
+    1: "still open, or sealed after the checkpoint",
+    2: "still open, sealed after the checkpoint, or submitted outside the selection",
+  };
   function matterTexts(m, texts) {
     const matter = JSON.parse(text(m.get("matter.json"))), s = signedOf(m);
     const trails = matter.trails.map((t) => trailFacts(m, `trails/${t.trail_id}/`));
@@ -245,7 +254,8 @@
     const readme = fill(texts.matter_readme, { matter: quoted(matter.matter),
       selection: selectionOf(matter), trails: trails.length, origin: s.origin, tree_size: s.size,
       left_out: leftOut ? `\n${leftOut} trail(s) of the selection are left out and listed in matter.json `
-        + "with the reason (still open, or sealed after the checkpoint)." : "",
+        + `with the reason (${LEFT_OUT_REASONS[matter.format_version]}).` : "",
+      completeness: texts[`matter_completeness_${matter.format_version}`],
       verification, reportlab: texts.reportlab });
     return { "verification.txt": verification, "README.txt": readme };
   }
@@ -333,6 +343,14 @@
     const leafHash = await sha256(NUL, utf8(leaf.payload));
     if (hex(leafHash) !== proof.leaf_hash) leafCheck.fail("leaf_hash is not SHA-256(0x00 || ledger payload)");
     if (proof.leaf_index !== leaf.index) proofCheck.fail(`proof is for leaf ${proof.leaf_index}, the ledger leaf is entry ${leaf.index}`);
+    const keys = Object.keys(sealed).sort().join(",");
+    if (keys !== "head,job,outcome,records,trail,v" && keys !== "head,job,matter_tag,outcome,records,sealed_at,trail,v") leafCheck.fail("ledger payload must hold exactly v, trail, job, records, head, outcome (and, sealed since the matter tags, matter_tag and sealed_at)");
+    if ("sealed_at" in sealed && !UTC_TIME.test(String(sealed.sealed_at))) leafCheck.fail("ledger leaf's sealed_at is not a UTC time");
+    if ("matter_tag" in sealed) {
+      const request = chain?.payloads.find((p) => p && p.kind === "request");
+      if (!request !== (sealed.matter_tag === null)) leafCheck.fail("a leaf carries a matter tag exactly when its trail recorded a request");
+      else if (sealed.matter_tag !== null && !HEX64.test(String(sealed.matter_tag))) leafCheck.fail("ledger leaf's matter_tag is not a SHA-256 hex digest");
+    }
     if (leafCheck.ok) leafCheck.detail = `entry ${leaf.index} seals this trail (job ${sealed.job}, ${sealed.outcome})`;
     if (checkpoint) {
       if (proof.tree_size !== checkpoint.size) proofCheck.fail(`proof is for a tree of ${proof.tree_size}; the checkpoint is of ${checkpoint.size}`);
@@ -344,6 +362,66 @@
     } else proofCheck.fail("no readable checkpoint to check the proof against");
     if (proofCheck.ok) proofCheck.detail = `leaf ${proof.leaf_index} is in the tree of ${checkpoint.size}`;
     return { ...sealed, index: leaf.index };
+  }
+
+  // --- completeness against the log's tiles (audit.evidence.matter_leaves) ----------------
+
+  function entriesPath(index, width) {  // tile/entries/<N>[.p/<W>], N in x-prefixed 3-digit parts
+    let digits = String(index).padStart(3, "0");
+    digits = "0".repeat((3 - (digits.length % 3)) % 3) + digits;
+    const parts = digits.match(/.../g);
+    const encoded = parts.map((p, i) => (i < parts.length - 1 ? "x" + p : p)).join("/");
+    return `tile/entries/${encoded}${width < 256 ? ".p/" + width : ""}`;
+  }
+  async function treeHash(hashes) {  // RFC 9162 MTH of leaf hashes
+    if (hashes.length === 0) return sha256();
+    if (hashes.length === 1) return hashes[0];
+    let k = 1;
+    while (k * 2 < hashes.length) k *= 2;
+    return sha256(new Uint8Array([1]), await treeHash(hashes.slice(0, k)), await treeHash(hashes.slice(k)));
+  }
+  async function logLeaves(logUrl, size, check) {  // the first `size` leaves, or null (failed)
+    const leaves = [];
+    for (let index = 0; index * 256 < size; index++) {
+      const width = Math.min(256, size - index * 256), path = entriesPath(index, width);
+      const response = await fetch(`${logUrl.replace(/\/$/, "")}/${path}`);
+      if (!response.ok) { check.fail(`the log at ${logUrl}: ${path}: HTTP ${response.status}`); return null; }
+      const data = new Uint8Array(await response.arrayBuffer());
+      let at = 0;
+      for (let i = 0; i < width; i++) {
+        const length = at + 2 <= data.length ? (data[at] << 8) | data[at + 1] : -1;
+        if (length < 0 || at + 2 + length > data.length) { check.fail(`entry bundle ${index} holds fewer than ${width} leaves`); return null; }
+        leaves.push(data.subarray(at + 2, at + 2 + length));
+        at += 2 + length;
+      }
+      if (at !== data.length) { check.fail(`entry bundle ${index} holds more than its ${width} leaves`); return null; }
+    }
+    return leaves;
+  }
+  async function checkCompleteness(matter, note, logUrl, check) {
+    const leaves = await logLeaves(logUrl, note.size, check);
+    if (!leaves) return;
+    const hashes = [];
+    for (const leaf of leaves) hashes.push(await sha256(NUL, leaf));
+    if (!equal(await treeHash(hashes), note.root)) { check.fail(`the log's first ${note.size} leaves do not make the checkpoint's root`); return; }
+    const listed = new Set(matter.trails.map((t) => t?.trail_id));
+    const leftOut = new Set((Array.isArray(matter.left_out) ? matter.left_out : []).map((e) => e?.trail_id));
+    let taggedFrom = null, ours = 0;
+    for (let i = 0; i < leaves.length; i++) {
+      let sealed;
+      try { sealed = JSON.parse(text(leaves[i])); } catch { continue; }
+      if (!sealed || typeof sealed !== "object" || typeof sealed.trail !== "string" || !("matter_tag" in sealed)) continue;
+      if (taggedFrom === null) taggedFrom = i;
+      if (typeof sealed.matter_tag !== "string") continue;
+      if (sealed.matter_tag === await matterTag(matter.matter_key, sealed.trail)) {
+        ours++;
+        if (!listed.has(sealed.trail) && !leftOut.has(sealed.trail)) check.fail(`leaf ${i} seals trail ${sealed.trail} (job ${sealed.job}) of this matter, neither in the bundle nor listed as left out`);
+      } else if (leftOut.has(sealed.trail)) {
+        check.fail(`trail ${sealed.trail} is listed as left out, but leaf ${i} seals it as no trail of this matter`);
+      }
+    }
+    if (taggedFrom === null) check.fail(`none of the log's ${leaves.length} leaves carries a matter tag`);
+    if (check.ok) check.detail = `the log's ${leaves.length} leaves (read from ${logUrl}) make the checkpoint's root; from leaf ${taggedFrom} on, where the tags begin, the matter's ${ours} leaves are every one in the bundle or left out`;
   }
 
   async function inclusionOk(index, size, leafHash, path, root) {  // RFC 9162 §2.1.3.2
@@ -560,8 +638,10 @@
     }
   }
 
-  function checkListing(entry, matter, chain, sealed, listing) {  // a matter.json entry is its trail
+  async function checkListing(entry, matter, chain, sealed, listing) {  // a matter.json entry is its trail
     const request = chain?.payloads.find((p) => p && p.kind === "request");
+    if (matter.matter_key !== undefined && typeof sealed?.matter_tag === "string"
+      && sealed.matter_tag !== await matterTag(matter.matter_key, entry.trail_id)) listing.fail("its ledger leaf's matter_tag is not the one matter_key makes for it");
     if (chain?.trailId !== entry.trail_id) listing.fail("its chain is of another trail than matter.json lists");
     if (sealed?.index !== entry.leaf_index || sealed?.job !== entry.job_id || sealed?.outcome !== entry.outcome) listing.fail("its ledger leaf is not the entry, job or outcome listed");
     if (entry.abandoned !== (entry.outcome === "abandoned")) listing.fail("abandoned must be true exactly when the outcome is");
@@ -634,6 +714,11 @@
     try { note = parseNote(text(m.get("checkpoint.txt"))); } catch (e) { noteCheck.fail(`checkpoint.txt: ${e.message}`); }
     if (isMatter) {
       if (!listed.length) matterCheck.fail("trails must be a non-empty list: a matter bundle proves at least one trail");
+      const matterKeys = Object.keys(matter ?? {}).sort().join(",");
+      const v1Keys = "format_version,left_out,matter,since,trails,tree_size,until";
+      if (matter?.format_version === 1 ? matterKeys !== v1Keys
+        : matter?.format_version !== 2 || matterKeys !== "format_version,left_out,matter,matter_key,since,trails,tree_size,until"
+          || !HEX64.test(String(matter.matter_key))) matterCheck.fail("matter.json is not of matter format 1 or 2 (format 2 discloses a 64-hex-digit matter_key)");
       const requests = [];
       for (const entry of listed) {
         const own = new Map(TRAIL_MEMBERS.map((n) => [n, m.get(`trails/${entry.trail_id}/${n}`)]).filter(([, v]) => v));
@@ -673,9 +758,23 @@
         try { await checkCosignatures(note, pins.witnessKeys, cosign); } catch (e) { cosign.fail(e.message); }
       }
     }
+    // A matter of format 2 is checked complete against this service's log when the bundle's
+    // checkpoint is of it (the page reads the log's tiles as an examiner would); a bundle of
+    // another log is left to offline_verify --log.
+    let completenessLeft = false;
+    if (isMatter && matter?.matter_key !== undefined) {
+      if (note && noteCheck.ok && pins.log && note.origin === pins.log.origin) {
+        const complete = add("completeness");
+        await guarded(complete, () => checkCompleteness(matter, note, pins.log.url, complete));
+      } else completenessLeft = true;
+    }
     const descriptiveCheck = add("descriptive files");
     checkDescriptive(m, isMatter, format, evidence, pins.texts ?? globalThis.PathfinderBundleTexts, descriptiveCheck);
-    return { ...result(isMatter ? "matter" : "trail"), unproven: descriptiveCheck.ok ? ["report.pdf"] : [] };
+    // What only offline_verify checks: it makes report.pdf again, and with --log it checks a
+    // matter of another log complete against that log's tiles.
+    const unproven = descriptiveCheck.ok ? ["report.pdf"] : [];
+    if (completenessLeft) unproven.push("completeness against the log (--log)");
+    return { ...result(isMatter ? "matter" : "trail"), unproven };
   }
 
   // --- the page ---------------------------------------------------------------------------------
@@ -689,7 +788,7 @@
     verdict.id = "verdict";
     verdict.className = outcome.ok ? "badge ok" : "badge broken";
     const failed = outcome.checks.filter((c) => !c.ok);
-    const except = (outcome.unproven ?? []).length ? ` (except ${outcome.unproven.join(", ")}: only python -m audit.offline_verify makes it again)` : "";
+    const except = (outcome.unproven ?? []).length ? ` (except ${outcome.unproven.join(" and ")}: left to python -m audit.offline_verify)` : "";
     verdict.textContent = outcome.ok ? `Verified in this browser${except}: ${outcome.checks.length} checks passed`
       : `NOT verified: ${failed.map((c) => c.name).join("; ")} failed`;
     where.append(verdict);
@@ -722,7 +821,8 @@
         return;
       }
       where.textContent = "Checking…";
-      const pins = { logKeys: pinned("log-keys"), witnessKeys: pinned("witness-keys"), texts: globalThis.PathfinderBundleTexts };
+      const pins = { logKeys: pinned("log-keys"), witnessKeys: pinned("witness-keys"), texts: globalThis.PathfinderBundleTexts,
+        log: { url: new URL(form.dataset.log, location.href).href, origin: form.dataset.logOrigin } };
       show(await inWorker(form, new Uint8Array(await file.arrayBuffer()), pins), where);
     });
   }

@@ -1,0 +1,143 @@
+"""A matter's leaves in the public log (audit.evidence.matter_leaves): the tag, re-derived here
+from its formula with hmac alone; the scan an examiner runs over the log's leaves; and reading
+the leaves from a directory of entry bundles, proven by the checkpoint's root."""
+
+import datetime
+import hashlib
+import hmac
+import json
+import struct
+
+import pytest
+
+from audit.evidence import chain, matter_leaves, merkle
+from audit.evidence.tile_math import WIDTH, tile_path
+
+KEY = "6d" * 32
+OTHER_KEY = "a1" * 32
+
+
+def tag(key: str, trail: str) -> str:
+    return hmac.new(
+        bytes.fromhex(key), b"PF-MATTER-TAG-v1\x00" + trail.encode(), hashlib.sha256
+    ).hexdigest()
+
+
+def leaf(n: int, key: str | None = KEY, *, tagged: bool = True) -> str:
+    trail = f"00000000-0000-4000-8000-{n:012d}"
+    return chain.ledger_payload(
+        format_version=2,
+        trail_id=trail,
+        job_id=f"11111111-0000-4000-8000-{n:012d}",
+        record_count=3,
+        head_hash="ab" * 32,
+        outcome="succeeded",
+        tagged=(tag(key, trail) if key else None, "2026-12-05T12:00:00.000000Z")
+        if tagged
+        else None,
+    )
+
+
+def trail(n: int) -> str:
+    return f"00000000-0000-4000-8000-{n:012d}"
+
+
+def test_the_tag_is_the_documented_hmac():
+    assert matter_leaves.matter_tag(KEY, trail(1)) == tag(KEY, trail(1))
+    assert matter_leaves.matter_tag(KEY, trail(1)) != matter_leaves.matter_tag(OTHER_KEY, trail(1))
+
+
+def test_times_are_utc_with_microseconds_and_a_z():
+    moment = datetime.datetime(
+        2026, 12, 5, 13, 4, 5, 7, tzinfo=datetime.timezone(datetime.timedelta(hours=1))
+    )
+    written = matter_leaves.utc_time(moment)
+    assert written == "2026-12-05T12:04:05.000007Z"
+    assert matter_leaves.UTC_TIME.fullmatch(written)
+    assert not matter_leaves.UTC_TIME.fullmatch("2026-12-05T12:04:05Z")
+
+
+def test_a_tagged_leaf_holds_the_tag_and_the_seal_time():
+    sealed = json.loads(leaf(1))
+    assert set(sealed) == {
+        "v",
+        "trail",
+        "job",
+        "records",
+        "head",
+        "outcome",
+        "matter_tag",
+        "sealed_at",
+    }
+    assert set(json.loads(leaf(1, tagged=False))) == {
+        "v",
+        "trail",
+        "job",
+        "records",
+        "head",
+        "outcome",
+    }
+
+
+def test_the_scan_finds_the_matters_leaves_from_where_the_tags_begin():
+    leaves = [
+        leaf(0, tagged=False),  # sealed before the tags
+        leaf(1, OTHER_KEY),
+        leaf(2),
+        leaf(3, None),  # a trail that recorded no request
+        leaf(4),
+        "not json",
+    ]
+    found = matter_leaves.scan(leaves, KEY, asked=[trail(1), trail(9)])
+    assert found.leaves == 6 and found.tagged_from == 1
+    assert [(m.index, m.trail_id) for m in found.matter] == [(2, trail(2)), (4, trail(4))]
+    assert found.foreign == {trail(1): 1}
+
+
+@pytest.mark.parametrize(
+    ("listed", "left_out", "says"),
+    [
+        ([trail(2), trail(4)], [], []),
+        ([trail(2)], [trail(4)], []),
+        ([trail(2)], [], [f"leaf 4 seals trail {trail(4)}"]),
+        ([trail(2), trail(4)], [trail(1)], [f"trail {trail(1)} is listed as left out, but leaf 1"]),
+    ],
+)
+def test_completeness_names_each_leaf_of_the_matter_the_bundle_does_not_account_for(
+    listed, left_out, says
+):
+    leaves = [leaf(0, tagged=False), leaf(1, OTHER_KEY), leaf(2), leaf(3, None), leaf(4)]
+    found = matter_leaves.scan(leaves, KEY, asked=left_out)
+    failures = matter_leaves.completeness_failures(found, listed, left_out)
+    assert len(failures) == len(says)
+    for failure, said in zip(failures, says, strict=True):
+        assert said in failure
+
+
+def mirror(tmp_path, leaves: list[bytes]):
+    for index in range(-(-len(leaves) // WIDTH)):
+        chunk = leaves[index * WIDTH : (index + 1) * WIDTH]
+        path = tmp_path / tile_path(0, index, len(chunk), entries=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(struct.pack(">H", len(d)) + d for d in chunk))
+    return str(tmp_path)
+
+
+def test_the_leaves_are_read_from_entry_bundles_and_proven_by_the_root(tmp_path):
+    leaves = [leaf(n).encode() for n in range(300)]  # a full entry bundle and a partial one
+    log = mirror(tmp_path, leaves)
+    assert matter_leaves.read_leaves(log, 300, merkle.root(leaves)) == [x.decode() for x in leaves]
+    assert len(matter_leaves.read_leaves(log, 256, merkle.root(leaves[:256]))) == 256
+
+
+def test_leaves_that_do_not_make_the_root_or_a_short_bundle_are_refused(tmp_path):
+    leaves = [leaf(n).encode() for n in range(10)]
+    log = mirror(tmp_path, leaves)
+    with pytest.raises(matter_leaves.LogUnreadable, match="do not make the checkpoint's root"):
+        matter_leaves.read_leaves(log, 10, merkle.root(leaves[:9] + [leaf(99).encode()]))
+    with pytest.raises(matter_leaves.LogUnreadable, match="entry/|entries"):
+        matter_leaves.read_leaves(log, 11, merkle.root(leaves))  # no bundle of width 11
+    bundle = tmp_path / tile_path(0, 0, 10, entries=True)
+    bundle.write_bytes(bundle.read_bytes()[:-5])
+    with pytest.raises(matter_leaves.LogUnreadable, match="fewer than 10 leaves"):
+        matter_leaves.read_leaves(log, 10, merkle.root(leaves))
