@@ -1,7 +1,9 @@
-"""Regenerate tests/data/sample-matter.zip, the golden matter bundle: two trails of matter
-"Golden v. Vectors" under one cosigned checkpoint (the golden v2 trail, and an abandoned
-attempt of another job). Run only when the matter format changes on purpose:
-tests/unit/test_golden_matter.py fails until the committed file matches.
+"""Regenerate tests/data/sample-matter.zip, the golden matter bundle (matter format 2): two trails
+of matter "Golden v. Vectors" under one cosigned checkpoint (the golden v2 trail, and an
+abandoned attempt of another job), and tests/data/sample-log/, the public entry tiles of its
+log of five tagged leaves (the two, another matter's, one with no request, one more of
+another matter), against which the bundle is complete. Run only when the matter format changes
+on purpose: tests/unit/test_golden_matter.py fails until the committed files match.
 
 Everything is fixed, as in make_golden_vectors_v2 (whose trail, keys and seeds it reuses); the
 report is ReportLab's in invariant mode, at the version pyproject.toml pins.
@@ -9,9 +11,11 @@ report is ReportLab's in invariant mode, at the version pyproject.toml pins.
 
 import hashlib
 import json
+import struct
 from pathlib import Path
 
-from audit.evidence import binding, bundle, chain, checkpoints, merkle
+from audit.evidence import binding, bundle, chain, checkpoints, matter_leaves, merkle
+from audit.evidence.tile_math import tile_path
 from tests.data import make_golden_vectors_v2 as v2
 
 HERE = Path(__file__).parent
@@ -20,6 +24,18 @@ ABANDONED_TRAIL = "9e8d7c6b-5a49-4838-a726-15f4e3d2c1b0"
 ABANDONED_JOB = "4b3a2918-0706-4f5e-8d4c-3b2a19080706"
 ABANDONED_SALT = "6b" * 32
 ABANDONED_INDEX = 3  # the golden trail is leaf 2 of the same tree of 5
+MATTER_KEY = "6d" * 32
+OTHER_MATTER_KEY = "a1" * 32
+SEALED_AT = "2026-01-01T00:00:00.000000Z"
+LOG_DIR = HERE / "sample-log"
+
+
+def _tagged(leaf: str, key: str | None) -> str:
+    """The leaf as sealed since the matter tags: tagged under `key` (None: no request)."""
+    sealed = json.loads(leaf)
+    tag = matter_leaves.matter_tag(key, sealed["trail"]) if key else None
+    sealed["matter_tag"], sealed["sealed_at"] = tag, SEALED_AT
+    return chain.canonical_json(sealed)
 
 
 def _abandoned_records() -> list[tuple[int, str, str, str]]:
@@ -54,10 +70,11 @@ def _abandoned_records() -> list[tuple[int, str, str, str]]:
     return records, question
 
 
-def build() -> bytes:
-    golden = v2._records()
-    abandoned, question = _abandoned_records()
-    leaves = v2._leaves(golden)
+def log_leaves() -> tuple[list[str], list[bytes]]:
+    """The sample log: leaves 2 and 3 the matter's, 0 and 4 another matter's, 1 a trail that
+    recorded no request."""
+    abandoned, _ = _abandoned_records()
+    leaves = v2._leaves(v2._records())
     leaves[ABANDONED_INDEX] = chain.ledger_payload(
         format_version=2,
         trail_id=ABANDONED_TRAIL,
@@ -66,7 +83,22 @@ def build() -> bytes:
         head_hash=abandoned[-1][2],
         outcome="abandoned",
     )
-    data = [leaf.encode() for leaf in leaves]
+    keys = [OTHER_MATTER_KEY, None, MATTER_KEY, MATTER_KEY, OTHER_MATTER_KEY]
+    leaves = [_tagged(leaf, key) for leaf, key in zip(leaves, keys, strict=True)]
+    return leaves, [leaf.encode() for leaf in leaves]
+
+
+def log_files() -> dict[str, bytes]:
+    """The log's one (partial) entry tile, by its path under sample-log/."""
+    _, data = log_leaves()
+    entries = b"".join(struct.pack(">H", len(d)) + d for d in data)
+    return {tile_path(0, 0, len(data), entries=True): entries}
+
+
+def build() -> bytes:
+    golden = v2._records()
+    abandoned, question = _abandoned_records()
+    leaves, data = log_leaves()
     log_private, log_verifier = checkpoints.generate_signing_key(v2.ORIGIN, seed=v2.LOG_SEED)
     witness_private, _ = checkpoints.generate_signing_key(
         v2.WITNESS_NAME, seed=v2.WITNESS_SEED, alg=checkpoints.ALG_COSIGNATURE
@@ -123,8 +155,9 @@ def build() -> bytes:
         },
     ]
     matter = {
-        "format_version": 1,
+        "format_version": 2,
         "matter": MATTER_NAME,
+        "matter_key": MATTER_KEY,
         "since": None,
         "until": None,
         "tree_size": v2.TREE_SIZE,
@@ -143,6 +176,9 @@ def build() -> bytes:
 def write() -> None:
     zip_bytes = build()
     (HERE / "sample-matter.zip").write_bytes(zip_bytes)
+    for path, body in log_files().items():
+        (LOG_DIR / path).parent.mkdir(parents=True, exist_ok=True)
+        (LOG_DIR / path).write_bytes(body)
     digest = hashlib.sha256(zip_bytes).hexdigest()
     print(f"wrote the sample matter bundle ({len(zip_bytes)} bytes, SHA-256 {digest}) to {HERE}")
 

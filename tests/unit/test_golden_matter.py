@@ -1,12 +1,14 @@
-"""The golden matter bundle (tests/data/sample-matter.zip) is committed data, like the golden
-one-trail bundle: the code must reproduce it byte for byte, and it verifies whole under the
-golden keys, witness included."""
+"""The golden matter bundle (tests/data/sample-matter.zip, matter format 2) and its log's public
+entry tiles (tests/data/sample-log/) are committed data, like the golden one-trail bundle: the
+code must reproduce them byte for byte, and the bundle verifies whole under the golden keys,
+witness included, and complete against that log."""
 
 import io
 import json
 import zipfile
 from pathlib import Path
 
+from audit.evidence import bundle_format
 from audit.evidence.offline_verify import check_bundle, verify_bundle
 from tests.data import make_golden_matter
 
@@ -17,6 +19,52 @@ KEYS = json.loads((DATA / "audit_golden_vectors_v2.json").read_text("utf-8"))["k
 
 def test_the_code_reproduces_the_committed_matter_bundle_byte_for_byte():
     assert make_golden_matter.build() == SAMPLE
+    for path, body in make_golden_matter.log_files().items():
+        assert (DATA / "sample-log" / path).read_bytes() == body
+
+
+def test_it_is_complete_against_its_log_and_a_dropped_trail_shows():
+    from audit.evidence import descriptive
+
+    pins = {"keys": [KEYS["log_verifier"]], "log": str(DATA / "sample-log")}
+    checks = {c.name: c for c in check_bundle(SAMPLE, **pins)}
+    assert checks["completeness"].ok and not checks["completeness"].skipped
+    assert "the matter's 2 leaves" in checks["completeness"].detail
+
+    def drop_abandoned(members):  # a first attempt, nothing names it: only the log can tell
+        matter = json.loads(members["matter.json"])
+        gone = make_golden_matter.ABANDONED_TRAIL
+        matter["trails"] = [t for t in matter["trails"] if t["trail_id"] != gone]
+        members["matter.json"] = bundle_format.json_member(matter)
+        for name in [n for n in members if n.startswith(f"trails/{gone}/")]:
+            del members[name]
+        members.update(descriptive.matter_descriptive(members))
+
+    forged = rezipped(SAMPLE, drop_abandoned)
+    assert verify_bundle(forged, keys=pins["keys"]) == []
+    assert verify_bundle(forged, **pins) == [
+        f"completeness: leaf 3 seals trail {make_golden_matter.ABANDONED_TRAIL} (job "
+        f"{make_golden_matter.ABANDONED_JOB}) of this matter, neither in the bundle nor listed "
+        "as left out"
+    ]
+
+
+def test_the_matter_format_1_sample_verifies_and_says_completeness_cannot_be_checked():
+    old = (DATA / "legacy" / "sample-matter-matter-format1.zip").read_bytes()
+    pins = {"keys": [KEYS["log_verifier"]], "log": str(DATA / "sample-log")}
+    assert verify_bundle(old, **pins) == []
+    checks = {c.name: c for c in check_bundle(old, **pins)}
+    assert checks["completeness"].skipped and "format 1" in checks["completeness"].detail
+
+
+def rezipped(data: bytes, change) -> bytes:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = {i.filename: archive.read(i) for i in archive.infolist()}
+    change(members)
+    body = [(n, d) for n, d in members.items() if n != "manifest.json"]
+    return bundle_format.deterministic_zip(
+        [*body, ("manifest.json", bundle_format.manifest_member(body))]
+    )
 
 
 def test_it_verifies_under_the_golden_keys_and_witness():
@@ -50,8 +98,6 @@ def test_bundles_of_the_formats_before_4_fail_unless_their_descriptive_members_a
 
 
 def test_a_trail_in_the_bundle_cannot_also_be_declared_left_out():
-    from audit.evidence import bundle_format
-
     with zipfile.ZipFile(io.BytesIO(SAMPLE)) as archive:
         members = {i.filename: archive.read(i) for i in archive.infolist()}
     matter = json.loads(members["matter.json"])
