@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from . import anchored, claims, parallel
 from .dbtext import canonical, uuid_text
-from .evidence import binding, chain, merkle
+from .evidence import binding, chain, matter_leaves, merkle
 from .evidence.tile_math import LogIncomplete
 from .keys import verify_note
 from .log import (
@@ -36,7 +36,7 @@ from .log import (
     log_size,
     witness_status,
 )
-from .models import DecisionRecord, LedgerEntry, Trail, VerificationRun
+from .models import DecisionRecord, LedgerEntry, MatterKey, Trail, VerificationRun
 from .publish import published_failures
 
 _CHUNK = 2000
@@ -109,6 +109,7 @@ def verify_trails(trail_ids: Iterable[uuid.UUID], *, scope: str) -> Report:
     started = timezone.now()
     report = Report(scope=scope)
     with _snapshot():
+        keys = _matter_keys()
         for trail_id in trail_ids:
             trail = Trail.objects.filter(pk=trail_id).first()
             records = DecisionRecord.objects.filter(trail_id=trail_id).order_by("seq", "id")
@@ -118,7 +119,7 @@ def verify_trails(trail_ids: Iterable[uuid.UUID], *, scope: str) -> Report:
                 report.failures.extend(_ledger_link_failures(entry))
                 report.ledger_entries_checked += 1
                 _check_inclusion(entry, report)
-            _check_head(str(trail_id), walked, entry.payload if entry else None, report)
+            _check_head(str(trail_id), walked, entry.payload if entry else None, report, keys)
             _check_claims([walked], report)
     return _recorded(report, started)
 
@@ -234,22 +235,26 @@ class _Context:
             fixed, to_walk = _anchored_trails(self.point, sealed, sealed_at, counts)
             part.trails_anchored = len(fixed)
         summaries: dict[str, chain.TrailSummary] = {}
+        matters: dict[str, str | None] = {}  # each walked trail's request's matter
         batch: list[_Walked] = []
         for trail_id, records in _records_to_walk(to_walk, shard):
             walked = _walk(trail_id, trails.get(trail_id), records, part)
-            summaries[trail_id] = walked.summary
+            summaries[trail_id], matters[trail_id] = walked.summary, _matter_of(walked)
             batch = self._next(batch, walked, part)
         for walked in _anchored_walks(fixed, trails, sealed, part, shard):
-            summaries[walked.contents.trail_id] = walked.summary
+            trail_id = walked.contents.trail_id
+            summaries[trail_id], matters[trail_id] = walked.summary, _matter_of(walked)
             batch = self._next(batch, walked, part)
         for trail_id in trails.keys() - summaries.keys():  # trails without a single record
             walked = _walk(trail_id, trails[trail_id], (), part)
-            summaries[trail_id] = walked.summary
+            summaries[trail_id], matters[trail_id] = walked.summary, None
             batch = _claims_batch(batch, walked, part)
         _check_claims(batch, part)
+        keys = _matter_keys()
         for trail_id, payload in sealed.items():
             part.failures.extend(chain.check_sealed_trail(payload, summaries.get(trail_id)))
             part.failures.extend(_leaf_against_row(payload, trails.get(trail_id)))
+            part.failures.extend(_tag_failures(payload, matters.get(trail_id), keys))
         for trail_id, trail in trails.items():
             if trail_id not in sealed:
                 _check_open(trail_id, summaries[trail_id], trail, part)
@@ -488,6 +493,30 @@ def _note(report: Report, note: str) -> None:
         report.notes.append(note)
 
 
+def _matter_keys() -> dict[str, str]:
+    return dict(MatterKey.objects.values_list("matter", "key"))
+
+
+def _matter_of(walked: _Walked) -> str | None:
+    request = walked.contents.request
+    return request.get("matter") if request is not None else None
+
+
+def _tag_failures(sealed: dict, matter: str | None, keys: dict[str, str]) -> list[chain.Failure]:
+    """A tagged leaf carries the tag of its request record's `matter` (null without a request):
+    a wrong tag would hide the trail from that matter's completeness check
+    (audit.evidence.matter_leaves)."""
+    if "matter_tag" not in sealed:
+        return []  # sealed before the tags
+    trail_id = sealed.get("trail")
+    key = keys.get(matter) if matter is not None else None
+    expected = matter_leaves.matter_tag(key, trail_id) if key is not None else None
+    if sealed["matter_tag"] == expected:
+        return []
+    reason = "the sealed leaf's matter_tag is not the tag of its request record's matter"
+    return [chain.Failure("trail", trail_id, None, reason)]
+
+
 def _leaf_against_row(payload: dict, trail: Trail | None) -> list[chain.Failure]:
     """The trail row's format version and outcome are the leaf's (the leaf is what is signed)."""
     if trail is None:
@@ -513,13 +542,16 @@ def _leaf_against_row(payload: dict, trail: Trail | None) -> list[chain.Failure]
     return failures
 
 
-def _check_head(trail_id: str, walked: _Walked, ledger_payload: str | None, report: Report):
+def _check_head(
+    trail_id: str, walked: _Walked, ledger_payload: str | None, report: Report, keys: dict
+):
     trail, summary = walked.trail, walked.summary
     if ledger_payload is not None:
         present = trail is not None or summary.record_count > 0
         sealed_as = json.loads(ledger_payload)
         report.failures.extend(chain.check_sealed_trail(sealed_as, summary if present else None))
         report.failures.extend(_leaf_against_row(sealed_as, trail))
+        report.failures.extend(_tag_failures(sealed_as, _matter_of(walked), keys))
     elif trail is None:
         report.failures.append(chain.Failure("trail", trail_id, None, "trail is missing"))
     else:

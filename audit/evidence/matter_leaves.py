@@ -24,7 +24,6 @@ from pathlib import Path
 from audit.evidence import merkle, tile_math
 
 _TAG = b"PF-MATTER-TAG-v1"
-HEX64 = re.compile(r"[0-9a-f]{64}")
 # Every time the evidence carries: UTC, microseconds, "Z" (2026-12-05T12:34:56.123456Z).
 UTC_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
 TAGGED_LEAF_KEYS = frozenset({"matter_tag", "sealed_at"})

@@ -12,7 +12,7 @@ from audit.evidence import chain
 from audit.models import Trail
 from audit.verification import verify_everything, verify_trails
 
-TABLES = ("audit_decisionrecord", "audit_trail", "audit_ledgerentry")
+TABLES = ("audit_decisionrecord", "audit_trail", "audit_ledgerentry", "audit_matterkey")
 
 
 def rogue(sql, params=None):
@@ -171,6 +171,19 @@ def test_rewriting_a_ledger_leaf_is_caught(trails):
     )
     report = verify_everything()
     assert any(f.scope == "ledger" for f in report.failures)
+
+
+def test_a_replaced_matter_key_is_caught(trails):
+    """A new key for the matter would untag its leaves and hide them from a matter bundle's
+    completeness check: every verification names each trail whose tag it no longer makes."""
+    rogue("UPDATE audit_matterkey SET key = repeat('0', 64)")
+    for report in (
+        verify_trails([t.id for t in trails], scope="probe"),
+        verify_everything(full=True),
+        verify_everything(),
+    ):
+        named = {f.trail_id for f in report.failures if "matter_tag" in f.reason}
+        assert named == {str(t.id) for t in trails}, report.failures
 
 
 def test_verify_chain_exits_1_and_names_each_broken_link(trails, capsys):
