@@ -418,11 +418,12 @@ def _check_leaf(b: _Bundle, check: Check) -> None:
         request = b.contents.request
         if request is not None and sealed["job"] != request.get("job"):
             check.fail("ledger leaf seals another job than the request record names")
-        tag = sealed.get("matter_tag", "")
-        if "matter_tag" in sealed and (request is None) != (tag is None):
-            check.fail("a leaf carries a matter tag exactly when its trail recorded a request")
-        elif tag is not None and "matter_tag" in sealed and not _HEX64.fullmatch(str(tag)):
-            check.fail("ledger leaf's matter_tag is not a SHA-256 hex digest")
+        if "matter_tag" in sealed:  # sealed since the matter tags
+            tag = sealed["matter_tag"]
+            if (request is None) != (tag is None):
+                check.fail("a leaf carries a matter tag exactly when its trail recorded a request")
+            elif tag is not None and not _HEX64.fullmatch(str(tag)):
+                check.fail("ledger leaf's matter_tag is not a SHA-256 hex digest")
     if not check.failures:
         check.detail = (
             f"ledger entry {b.leaf_index} seals this trail, {b.record_count} records and its head "

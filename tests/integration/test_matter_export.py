@@ -11,6 +11,7 @@ import zipfile
 import pytest
 from django.core.management import CommandError, call_command
 
+from audit.evidence import checkpoints, descriptive, matter_leaves
 from audit.evidence.bundle_format import (
     ANSWER,
     CHECKPOINT,
@@ -26,7 +27,10 @@ from audit.evidence.bundle_format import (
 )
 from audit.evidence.offline_verify import main as offline_main
 from audit.evidence.offline_verify import verify_bundle
+from audit.evidence.tile_math import WIDTH, tile_path
 from audit.keys import signing_key
+from audit.log import latest_checkpoint, log_size
+from audit.models import DecisionRecord
 from decoding.models import GenerationJob
 from decoding.services import job_submit
 from decoding.worker.execution import job_run
@@ -310,8 +314,6 @@ def test_a_trail_bundle_carries_its_report_too(produced, tmp_path):
 def mirrored_log(client, tmp_path, size: int) -> str:
     """The log's public entry bundles as an examiner mirrors them, fetched from /log (the
     service's own view, through Django's test client) into a directory of the same layout."""
-    from audit.evidence.tile_math import WIDTH, tile_path
-
     root = tmp_path / "log"
     for index in range(-(-size // WIDTH)):
         path = tile_path(0, index, min(WIDTH, size - index * WIDTH), entries=True)
@@ -325,7 +327,6 @@ def mirrored_log(client, tmp_path, size: int) -> str:
 def competent(data: bytes, change) -> bytes:
     """repacked, with README.txt, verification.txt and report.pdf made again from the edited
     evidence: the forger knows the format and this repository's code."""
-    from audit.evidence import descriptive
 
     def change_and_describe(m):
         change(m)
@@ -400,7 +401,6 @@ def test_a_made_up_left_out_entry_is_refused(produced, client, tmp_path):
 
 
 def test_another_matters_key_finds_none_of_this_matters_leaves(produced, client, tmp_path):
-    from audit.evidence import matter_leaves
 
     data, doc = export(tmp_path)
     other_out = tmp_path / "other.zip"
@@ -408,8 +408,6 @@ def test_another_matters_key_finds_none_of_this_matters_leaves(produced, client,
     with zipfile.ZipFile(other_out) as archive:
         their_key = json.loads(archive.read(MATTER))["matter_key"]
     log = mirrored_log(client, tmp_path, doc["tree_size"])
-    from audit.evidence import checkpoints
-    from audit.log import latest_checkpoint, log_size
 
     size = doc["tree_size"]
     note = latest_checkpoint(log_size()).note
@@ -425,8 +423,6 @@ def test_another_matters_key_finds_none_of_this_matters_leaves(produced, client,
 def test_the_request_record_carries_the_submission_time_and_verify_chain_holds_the_row_to_it(
     produced,
 ):
-    from audit.evidence import matter_leaves
-    from audit.models import DecisionRecord
 
     answered = produced["answered"]
     request = json.loads(DecisionRecord.objects.get(trail_id=answered.trail_id, seq=0).payload)

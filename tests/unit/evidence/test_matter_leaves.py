@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +43,12 @@ def trail(n: int) -> str:
     return f"00000000-0000-4000-8000-{n:012d}"
 
 
+def log() -> list[str]:
+    """Leaves 2 and 4 the matter's (KEY), 1 another matter's, 0 sealed before the tags, 3 a
+    trail that recorded no request."""
+    return [leaf(0, tagged=False), leaf(1, OTHER_KEY), leaf(2), leaf(3, None), leaf(4)]
+
+
 def test_the_tag_is_the_documented_hmac():
     assert matter_leaves.matter_tag(KEY, trail(1)) == tag(KEY, trail(1))
     assert matter_leaves.matter_tag(KEY, trail(1)) != matter_leaves.matter_tag(OTHER_KEY, trail(1))
@@ -58,37 +65,13 @@ def test_times_are_utc_with_microseconds_and_a_z():
 
 
 def test_a_tagged_leaf_holds_the_tag_and_the_seal_time():
-    sealed = json.loads(leaf(1))
-    assert set(sealed) == {
-        "v",
-        "trail",
-        "job",
-        "records",
-        "head",
-        "outcome",
-        "matter_tag",
-        "sealed_at",
-    }
-    assert set(json.loads(leaf(1, tagged=False))) == {
-        "v",
-        "trail",
-        "job",
-        "records",
-        "head",
-        "outcome",
-    }
+    untagged = {"v", "trail", "job", "records", "head", "outcome"}
+    assert set(json.loads(leaf(1, tagged=False))) == untagged
+    assert set(json.loads(leaf(1))) == untagged | {"matter_tag", "sealed_at"}
 
 
 def test_the_scan_finds_the_matters_leaves_from_where_the_tags_begin():
-    leaves = [
-        leaf(0, tagged=False),  # sealed before the tags
-        leaf(1, OTHER_KEY),
-        leaf(2),
-        leaf(3, None),  # a trail that recorded no request
-        leaf(4),
-        "not json",
-    ]
-    found = matter_leaves.scan(leaves, KEY, asked=[trail(1), trail(9)])
+    found = matter_leaves.scan([*log(), "not json"], KEY, asked=[trail(1), trail(9)])
     assert found.leaves == 6 and found.tagged_from == 1
     assert [(m.index, m.trail_id) for m in found.matter] == [(2, trail(2)), (4, trail(4))]
     assert found.foreign == {trail(1): 1}
@@ -106,8 +89,7 @@ def test_the_scan_finds_the_matters_leaves_from_where_the_tags_begin():
 def test_completeness_names_each_leaf_of_the_matter_the_bundle_does_not_account_for(
     listed, left_out, says
 ):
-    leaves = [leaf(0, tagged=False), leaf(1, OTHER_KEY), leaf(2), leaf(3, None), leaf(4)]
-    found = matter_leaves.scan(leaves, KEY, asked=left_out)
+    found = matter_leaves.scan(log(), KEY, asked=left_out)
     failures = matter_leaves.completeness_failures(found, listed, left_out)
     assert len(failures) == len(says)
     for failure, said in zip(failures, says, strict=True):
@@ -141,3 +123,9 @@ def test_leaves_that_do_not_make_the_root_or_a_short_bundle_are_refused(tmp_path
     bundle.write_bytes(bundle.read_bytes()[:-5])
     with pytest.raises(matter_leaves.LogUnreadable, match="fewer than 10 leaves"):
         matter_leaves.read_leaves(log, 10, merkle.root(leaves))
+
+
+def test_the_formats_documented_example_tag_is_the_codes():
+    doc = (Path(__file__).parents[3] / "docs" / "audit-format.md").read_text("utf-8")
+    example = matter_leaves.matter_tag("6d" * 32, "00000000-0000-4000-8000-000000000001")
+    assert f"`{example}`" in doc
