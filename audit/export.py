@@ -8,7 +8,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from . import claims
-from .evidence import binding, bundle, bundle_format, checkpoints, decision_rule
+from .evidence import binding, bundle, bundle_format, chain, checkpoints, decision_rule, sealing
 from .evidence.bundle_format import TEXT_MEMBERS
 from .evidence.tile_math import LogIncomplete
 from .keys import signer_of
@@ -19,7 +19,7 @@ from .verification import verify_trails
 # What `withhold` may name, and the bound fields each covers.
 WITHHOLDABLE = {
     "prompt": (binding.GIVEN, binding.RENDERED, binding.TOKEN_IDS),
-    "answer": (binding.ANSWER_TEXT,),
+    "answer": (binding.ANSWER_TEXT, binding.ANSWER_TOKEN_IDS),
 }
 
 
@@ -50,7 +50,7 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
     require_intact([trail.id], f"trail {trail.id}")
     models, params = described(records)
     payloads = [json.loads(record[3]) for record in records]
-    for group in sorted(withhold):
+    for group in sorted(withhold) if trail.format_version < sealing.SEALED_SINCE else ():
         carried = carried_in_clear(payloads, group)
         if carried is not None:
             raise ExportError(
@@ -145,7 +145,7 @@ def texts_of(trail: Trail, records, withhold: Collection[str]) -> bundle.Texts:
     answer = payloads[-1] if payloads and binding.kind_of(payloads[-1]) == binding.ANSWER else None
     bound = list((request.get("prompt") or {}).get("digests") or {})
     if answer is not None:
-        bound.append(binding.ANSWER_TEXT)
+        bound.extend(binding.answer_digests(answer))
     held = _held_texts(trail)
     hidden = {name for group in withhold for name in WITHHOLDABLE[group]}
     disclosures: dict[str, dict] = {}
@@ -157,10 +157,37 @@ def texts_of(trail: Trail, records, withhold: Collection[str]) -> bundle.Texts:
         if name not in TEXT_MEMBERS:
             disclosures[name]["value"] = json.loads(held[name])
 
+    if trail.format_version >= sealing.SEALED_SINCE:
+        answered = "salt" in disclosures.get(binding.ANSWER_TEXT, {})
+        disclosures.update(_slot_openings(trail, answered=answered, everything=not withhold))
+
     def member(name: str) -> str:
         return held[name] if "salt" in disclosures.get(name, {}) else ""
 
     return bundle.Texts(disclosures, member(binding.RENDERED), member(binding.ANSWER_TEXT))
+
+
+def _slot_openings(trail: Trail, *, answered: bool, everything: bool) -> dict[str, dict]:
+    """The token slots of a format-3 trail's decisions that a bundle opens, each with its salt
+    and value: the emitted tokens and their alternatives with the answer (`answered`); the
+    drafts and corrections that were not emitted only when nothing is withheld (`everything`),
+    since the context they come from is the prompt and the answer, and never a draft copied
+    from another job, which is that job's text."""
+    opened: dict[str, dict] = {}
+    rows = DecisionRecord.objects.filter(trail=trail, kind=DecisionRecord.Kind.DECISION)
+    for payload, openings in rows.order_by("seq").values_list("payload", "openings"):
+        sealed, values = json.loads(payload), json.loads(openings or "{}")
+        emitted = set(sealing.emitted_slots(sealed))
+        source = sealed.get("draft_source") or {}
+        copied_elsewhere = source.get("reference", decision_rule.CONTEXT) != decision_rule.CONTEXT
+        for name, value in values.items():
+            if name in emitted or ".top." in name:
+                shown = answered
+            else:
+                shown = everything and not (copied_elsewhere and ".drafted." in name)
+            if shown:
+                opened[name] = {"salt": sealing.slot_salt(trail.salt, name), "value": value}
+    return opened
 
 
 def _held_texts(trail: Trail) -> dict[str, str]:
@@ -172,4 +199,5 @@ def _held_texts(trail: Trail) -> dict[str, str]:
     texts = claim.question.texts()
     if claim.answer is not None:
         texts[binding.ANSWER_TEXT] = claim.answer.text
+        texts[binding.ANSWER_TOKEN_IDS] = chain.canonical_json(list(claim.answer.token_ids))
     return texts

@@ -27,7 +27,8 @@ class Trail(models.Model):
     # The trail of the job's previous attempt (sealed "abandoned" when its worker died).
     previous_id = models.UUIDField(null=True, blank=True)
     # 1: decision records only; 2: a request record first and an answer record last
-    # (audit.evidence.binding). Fixed when the trail opens, like its id.
+    # (audit.evidence.binding); 3: as 2, with each decision's tokens sealed
+    # (audit.evidence.sealing). Fixed when the trail opens, like its id.
     format_version = models.PositiveSmallIntegerField(default=1)
     # v2: the secret (hex) from which the salts of the trail's bound texts derive; never in a
     # record, so a withheld text cannot be confirmed by guessing.
@@ -65,6 +66,9 @@ class DecisionRecord(models.Model):
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.DECISION)
     payload = models.TextField()
+    # Format 3 decisions: canonical JSON of the values of the slots the payload commits to
+    # (audit.evidence.sealing), kept like the trail's salt, never hashed; "" otherwise.
+    openings = models.TextField(blank=True, default="")
     prev_hash = models.CharField(max_length=64)
     record_hash = models.CharField(max_length=64)
     created_at = models.DateTimeField(auto_now_add=True)

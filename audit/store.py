@@ -15,7 +15,7 @@ import uuid
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .evidence import binding, chain, matter_leaves
+from .evidence import binding, chain, matter_leaves, sealing
 from .models import DecisionRecord, LedgerEntry, MatterKey, Trail
 
 # pg_advisory_xact_lock key for ledger appends ("PFLEDGER" as an integer).
@@ -31,7 +31,7 @@ class TrailMoved(Exception):
 
 
 def trail_open(*, job_id: uuid.UUID, attempt: int, previous_id: uuid.UUID | None = None) -> Trail:
-    """A new open trail (format v2, with its own salt) for one attempt; previous_id links the
+    """A new open trail (format v3, with its own salt) for one attempt; previous_id links the
     job's earlier attempt's trail. Its first record is the request (binding.request_payload)."""
     trail_id = uuid.uuid4()
     genesis = chain.genesis_hash(str(trail_id))
@@ -48,13 +48,24 @@ def trail_open(*, job_id: uuid.UUID, attempt: int, previous_id: uuid.UUID | None
 
 
 def trail_append(*, trail_id: uuid.UUID, payload: dict) -> DecisionRecord:
-    """Append one record (of the kind its payload names) and commit it before returning."""
+    """Append one record (of the kind its payload names) and commit it before returning. A
+    decision is given clear; a format-3 trail stores it sealed (audit.evidence.sealing)."""
+    kind, openings = binding.kind_of(payload), None
+    if kind == binding.DECISION:
+        trail = Trail.objects.only("format_version", "salt").get(pk=trail_id)
+        if trail.format_version >= sealing.SEALED_SINCE:
+            payload, values = sealing.seal_decision(payload, trail.salt)
+            openings = [chain.canonical_json(values)]
     texts = [chain.canonical_json(payload)]
-    return trail_append_many(trail_id=trail_id, texts=texts, kind=binding.kind_of(payload))[-1]
+    return trail_append_many(trail_id=trail_id, texts=texts, kind=kind, openings=openings)[-1]
 
 
 def trail_append_many(
-    *, trail_id: uuid.UUID, texts: list[str], kind: str = binding.DECISION
+    *,
+    trail_id: uuid.UUID,
+    texts: list[str],
+    kind: str = binding.DECISION,
+    openings: list[str] | None = None,
 ) -> list[DecisionRecord]:
     """Append records of one kind (canonical JSON texts, in order) in one transaction and
     commit them.
@@ -66,7 +77,7 @@ def trail_append_many(
         trail = Trail.objects.select_for_update().get(pk=trail_id)
         if trail.status != Trail.Status.OPEN:
             raise TrailClosed(f"trail {trail.id} is sealed")
-        records = _chained(trail, trail.record_count, trail.head_hash, texts, kind)
+        records = _chained(trail, trail.record_count, trail.head_hash, texts, kind, openings)
         DecisionRecord.objects.bulk_create(records)
         Trail.objects.filter(pk=trail.pk).update(
             record_count=records[-1].seq + 1, head_hash=records[-1].record_hash
@@ -74,13 +85,21 @@ def trail_append_many(
     return records
 
 
-def _chained(trail, seq: int, head: str, texts: list[str], kind: str) -> list[DecisionRecord]:
+def _chained(
+    trail, seq: int, head: str, texts: list[str], kind: str, openings: list[str] | None = None
+) -> list[DecisionRecord]:
     records = []
-    for text in texts:
+    for i, text in enumerate(texts):
         digest = chain.record_hash(str(trail.id), seq, head, text)
         records.append(
             DecisionRecord(
-                trail=trail, seq=seq, kind=kind, payload=text, prev_hash=head, record_hash=digest
+                trail=trail,
+                seq=seq,
+                kind=kind,
+                payload=text,
+                openings=openings[i] if openings is not None else "",
+                prev_hash=head,
+                record_hash=digest,
             )
         )
         seq, head = seq + 1, digest
@@ -96,17 +115,25 @@ WITH moved AS (
      WHERE id = %s AND record_count = %s AND head_hash = %s AND status = 'open'
     RETURNING id
 )
-INSERT INTO audit_decisionrecord (trail_id, seq, kind, payload, prev_hash, record_hash, created_at)
-SELECT moved.id, v.seq, v.kind, v.payload, v.prev_hash, v.record_hash, now()
-  FROM moved, (VALUES {rows}) AS v(seq, kind, payload, prev_hash, record_hash)
+INSERT INTO audit_decisionrecord
+       (trail_id, seq, kind, payload, openings, prev_hash, record_hash, created_at)
+SELECT moved.id, v.seq, v.kind, v.payload, v.openings, v.prev_hash, v.record_hash, now()
+  FROM moved, (VALUES {rows}) AS v(seq, kind, payload, openings, prev_hash, record_hash)
 """
 
 
 def trail_extend(
-    *, trail_id: uuid.UUID, seq: int, head: str, texts: list[str], kind: str = binding.DECISION
+    *,
+    trail_id: uuid.UUID,
+    seq: int,
+    head: str,
+    texts: list[str],
+    openings: list[str] | None = None,
+    kind: str = binding.DECISION,
 ) -> tuple[int, str]:
     """Append records to an open trail whose head its writer knows (the next seq and the head
-    hash it left there) and commit them; return the new (next seq, head hash). TrailMoved if
+    hash it left there) and commit them, each with its sealed slots' values (`openings`,
+    canonical JSON, audit format 3); return the new (next seq, head hash). TrailMoved if
     the trail is sealed or its head is elsewhere.
 
     The writer holding a job's lease appends every step this way: on PostgreSQL it is one
@@ -114,7 +141,7 @@ def trail_extend(
     elsewhere the same rows and check in a transaction of its own.
     """
     trail = Trail(id=trail_id)
-    records = _chained(trail, seq, head, texts, kind)
+    records = _chained(trail, seq, head, texts, kind, openings)
     after = (records[-1].seq + 1, records[-1].record_hash)
     if connection.vendor != "postgresql":
         with transaction.atomic():
@@ -124,10 +151,17 @@ def trail_extend(
             DecisionRecord.objects.bulk_create(records)
             Trail.objects.filter(pk=trail_id).update(record_count=after[0], head_hash=after[1])
         return after
-    rows = ", ".join(["(%s::integer, %s, %s, %s, %s)"] * len(records))
+    rows = ", ".join(["(%s::integer, %s, %s, %s, %s, %s)"] * len(records))
     params = [after[0], after[1], str(trail_id), seq, head]
     for record in records:
-        params += [record.seq, kind, record.payload, record.prev_hash, record.record_hash]
+        params += [
+            record.seq,
+            kind,
+            record.payload,
+            record.openings,
+            record.prev_hash,
+            record.record_hash,
+        ]
     # Inside a caller's transaction a savepoint keeps a failed statement from aborting it; in
     # autocommit (a worker) the statement is its own transaction.
     scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from . import anchored, claims, parallel
 from .dbtext import canonical, uuid_text
-from .evidence import binding, chain, matter_leaves, merkle
+from .evidence import binding, chain, matter_leaves, merkle, sealing
 from .evidence.tile_math import LogIncomplete
 from .keys import verify_note
 from .log import (
@@ -395,15 +395,20 @@ def _anchored(trail_id, bound: dict, fixed, trails, sealed, report: Report) -> _
 def _walk(trail_id: str, trail: Trail | None, records, report: Report) -> _Walked:
     """Stream one trail's (record, kind column) pairs through the chain and contents checks."""
     format_version = trail.format_version if trail is not None else 1
-    contents = binding.Contents(trail_id, format_version)
+    salt = trail.salt if trail is not None else None
+    contents = binding.Contents(trail_id, format_version, trail_salt=salt)
+    sealed = format_version >= sealing.SEALED_SINCE
 
     def observed() -> Iterator[chain.StoredRecord]:
-        for record, kind in records:
+        for record, kind, openings in records:
             try:
                 payload = orjson.loads(record.payload)
             except ValueError:
                 payload = None  # the chain check names it: not canonical JSON
-            contents.observe(record.seq, payload)
+            stored = None
+            if sealed and kind == binding.DECISION:
+                stored = _stored_values(openings)
+            contents.observe(record.seq, payload, stored_values=stored)
             if kind != binding.kind_of(payload):
                 contents.fail(record.seq, f"kind column says {kind!r}, the payload another")
             yield record
@@ -418,6 +423,16 @@ def _walk(trail_id: str, trail: Trail | None, records, report: Report) -> _Walke
     if trail is not None and contents.request is not None:
         report.failures.extend(_request_against_row(contents.request, trail))
     return _Walked(trail, summary, contents)
+
+
+def _stored_values(openings: str) -> dict:
+    """A format-3 decision row's slot values ({} when missing or unreadable: the walk fails
+    the record for them)."""
+    try:
+        values = orjson.loads(openings) if openings else {}
+    except ValueError:
+        return {}
+    return values if isinstance(values, dict) else {}
 
 
 def _request_against_row(request: dict, trail: Trail) -> list[chain.Failure]:
@@ -661,8 +676,9 @@ def _ledger_link_failures(entry: LedgerEntry) -> list[chain.Failure]:
     return failures
 
 
-def _stored(records) -> Iterator[tuple[chain.StoredRecord, str]]:
-    fields = ("trail_id", "seq", "kind", "prev_hash", "record_hash", "payload")
+def _stored(records) -> Iterator[tuple[chain.StoredRecord, str, str]]:
+    """(record, its kind column, its openings column) in the order of `records`."""
+    fields = ("trail_id", "seq", "kind", "prev_hash", "record_hash", "payload", "openings")
     for record in records.only(*fields).iterator(chunk_size=_CHUNK):
         yield (
             chain.StoredRecord(
@@ -673,6 +689,7 @@ def _stored(records) -> Iterator[tuple[chain.StoredRecord, str]]:
                 record.payload,
             ),
             record.kind,
+            record.openings,
         )
 
 

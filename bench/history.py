@@ -12,7 +12,6 @@ no ledger lock: nothing else writes the bench database.
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 import uuid
@@ -81,15 +80,12 @@ def _reviewer(matter):
 
 
 def _write_batch(template, count: int) -> None:
-    from audit.evidence import binding, chain
+    from audit.evidence import binding, chain, sealing
     from audit.models import DecisionRecord, LedgerEntry, Trail
-    from audit.selectors import trail_decisions
+    from audit.selectors import trail_clear_decisions
     from decoding.models import GenerationJob
 
-    decisions = [
-        json.loads(p)
-        for p in trail_decisions(trail_id=template.trail_id).values_list("payload", flat=True)
-    ]
+    decisions = trail_clear_decisions(trail_id=template.trail_id)
     answer = binding.Answer(
         token_ids=tuple(template.output_token_ids),
         text=template.output_text,
@@ -122,6 +118,10 @@ def _write_batch(template, count: int) -> None:
         ]
         prev = trail.genesis_hash
         for seq, payload in enumerate(payloads):
+            openings = ""
+            if binding.kind_of(payload) == binding.DECISION:
+                payload, values = sealing.seal_decision(payload, trail.salt)
+                openings = chain.canonical_json(values)
             text = chain.canonical_json(payload)
             record_hash = chain.record_hash(str(trail.id), seq, prev, text)
             records.append(
@@ -130,6 +130,7 @@ def _write_batch(template, count: int) -> None:
                     seq=seq,
                     kind=binding.kind_of(payload),
                     payload=text,
+                    openings=openings,
                     prev_hash=prev,
                     record_hash=record_hash,
                 )

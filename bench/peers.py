@@ -190,8 +190,8 @@ class Pathfinder:
         # background on PostgreSQL) and its reader told, here by counting the commit.
         committed = (lambda: commits.append(1)) if stream else None
         if audit:
-            sinks = sink_for(trail.id, head=(0, trail.head_hash), committed=committed,
-                             interval_ms=stream_interval_ms)  # fmt: skip
+            sinks = sink_for(trail.id, head=(0, trail.head_hash), salt=trail.salt,
+                             committed=committed, interval_ms=stream_interval_ms)  # fmt: skip
         else:
             sinks = contextlib.nullcontext(NullSink())
         with sinks as sink:

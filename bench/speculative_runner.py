@@ -340,7 +340,9 @@ class Bench:
             trail = trail_open(job_id=uuid.uuid4(), attempt=1)
             open_ns = time.perf_counter_ns() - started
             # The shipped sink, its default batch size, after the new trail's genesis.
-            sink = StepStats(TrailSink(trail.id, head=(trail.record_count, trail.head_hash)))
+            sink = StepStats(
+                TrailSink(trail.id, head=(trail.record_count, trail.head_hash), salt=trail.salt)
+            )
         else:
             sink = StepStats(NullSink())
         decoder = SpeculativeDecoder(drafter, target, sink, tokenizer=self.tokenizer)

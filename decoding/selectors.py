@@ -7,9 +7,9 @@ import uuid
 from django.shortcuts import get_object_or_404
 from rest_framework.exceptions import APIException
 
-from audit.evidence import binding
+from audit.evidence import binding, chain
 from audit.models import DecisionRecord, Trail
-from audit.selectors import trail_decisions, trail_record_of_kind
+from audit.selectors import trail_clear_decisions, trail_record_of_kind
 from decoding.claims import job_served
 from decoding.models import ApiKey, GenerationJob, Matter
 
@@ -69,9 +69,17 @@ def job_answer(job: GenerationJob) -> binding.Answer | None:
         job.output_text,
     ):
         raise AnswerNotRecorded(f"job {job.id}: its output text is not the recorded answer")
-    return binding.Answer(
-        tuple(recorded["output_token_ids"]), job.output_text, recorded["stop_reason"]
-    )
+    if "output_token_ids" in recorded:  # v2: in clear
+        token_ids = tuple(recorded["output_token_ids"])
+    elif binding.text_matches(
+        recorded["output_token_ids_digest"],
+        binding.field_salt(trail.salt, binding.ANSWER_TOKEN_IDS),
+        chain.canonical_json(list(row.token_ids)),
+    ):
+        token_ids = row.token_ids
+    else:
+        raise AnswerNotRecorded(f"job {job.id}: its output tokens are not the recorded answer")
+    return binding.Answer(token_ids, job.output_text, recorded["stop_reason"])
 
 
 def job_get_for_key(*, api_key: ApiKey, job_id: uuid.UUID) -> GenerationJob:
@@ -104,11 +112,10 @@ def trail_for_job(job: GenerationJob) -> Trail | None:
 
 
 def job_decisions(job: GenerationJob) -> list[dict]:
-    """The decision payloads of the job's trail, parsed, in step order."""
+    """The decision payloads of the job's trail, clear, in step order."""
     if job.trail_id is None:
         return []
-    rows = trail_decisions(trail_id=job.trail_id).values_list("payload", flat=True)
-    return [json.loads(payload) for payload in rows.iterator(chunk_size=2000)]
+    return trail_clear_decisions(trail_id=job.trail_id)
 
 
 def trail_records(job: GenerationJob):

@@ -25,11 +25,15 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
+from audit.evidence import sealing
 from audit.evidence.chain import Failure, canonical_json
 from audit.evidence.decision_rule import DECISION_SCOPE, DecisionRule
 from audit.evidence.matter_leaves import UTC_TIME
 
-FORMAT_VERSION = 2  # the format of trails opened now; v1 trails (decisions only) still verify
+# The format of trails opened now. v1 (decisions only) and v2 (tokens in clear) still verify;
+# v3 records each decision's tokens as salted commitments (audit.evidence.sealing).
+FORMAT_VERSION = 3
+FORMAT_VERSIONS = (1, 2, 3)
 REQUEST, DECISION, ANSWER = "request", "decision", "answer"
 KINDS = (REQUEST, DECISION, ANSWER)
 TEXT_TAG = b"PF-TEXT-v2"
@@ -39,13 +43,14 @@ TEXT_TAG = b"PF-TEXT-v2"
 #   prompt.rendered   the prompt text that was tokenised ("" when the caller sent token ids)
 #   prompt.token_ids  canonical JSON of the prompt's token ids
 #   answer.text       the output text exactly as served
-GIVEN, RENDERED, TOKEN_IDS, ANSWER_TEXT = (
+#   answer.token_ids  canonical JSON of the output's token ids (v3; v2 answers carry them clear)
+GIVEN, RENDERED, TOKEN_IDS, ANSWER_TEXT, ANSWER_TOKEN_IDS = (
     "prompt.given",
     "prompt.rendered",
     "prompt.token_ids",
     "answer.text",
+    "answer.token_ids",
 )
-BOUND_FIELDS = (GIVEN, RENDERED, TOKEN_IDS, ANSWER_TEXT)
 GIVEN_KINDS = ("prompt", "messages", "prompt_token_ids")
 # Stop reasons an answer can carry: the last decision's, or "cancelled" (a step boundary).
 STOP_REASONS = ("eos", "max_tokens", "stop", "cancelled")
@@ -142,15 +147,26 @@ def request_payload(
 
 
 def answer_payload(*, trail_salt: str, answer: Answer, steps: int) -> dict:
-    """The payload of a v2 trail's last record, written with the job's result."""
+    """The payload of a v3 trail's last record, written with the job's result: the output's
+    token ids bound by salted digest, like its text (a v2 answer carried them in clear)."""
+    ids = canonical_json(list(answer.token_ids))
     return {
         "v": FORMAT_VERSION,
         "kind": ANSWER,
         "steps": steps,
-        "output_token_ids": list(answer.token_ids),
+        "output_token_count": len(answer.token_ids),
+        "output_token_ids_digest": bound_digest(trail_salt, ANSWER_TOKEN_IDS, ids),
         "output_text_digest": bound_digest(trail_salt, ANSWER_TEXT, answer.text),
         "stop_reason": answer.stop_reason,
     }
+
+
+def answer_digests(answer: dict) -> dict[str, object]:
+    """The bound fields an answer record holds digests of, by field name."""
+    digests = {ANSWER_TEXT: answer.get("output_text_digest")}
+    if answer.get("v", 0) >= sealing.SEALED_SINCE:
+        digests[ANSWER_TOKEN_IDS] = answer.get("output_token_ids_digest")
+    return digests
 
 
 def kind_of(payload: dict) -> str:
@@ -161,14 +177,19 @@ def kind_of(payload: dict) -> str:
 @dataclass
 class Contents:
     """What a walk over one trail's payloads found: its request, answer and emitted tokens, and
-    every way its structure breaks format v2 (or v1)."""
+    every way its structure breaks format v3 (or v2, or v1).
+
+    A v3 decision's tokens are known only where opened: `openings` (slot name -> {"salt",
+    "value"}: what a bundle discloses), or the values the store keeps beside each record
+    (`observe(..., stored_values=...)`, with `trail_salt`). A sealed token reads None in
+    `emitted`, and the decision rule names what it could not re-check without it."""
 
     trail_id: str
     format_version: int
     request: dict | None = None
     answer: dict | None = None
     decisions: int = 0
-    emitted: list[int] = field(default_factory=list)
+    emitted: list[int | None] = field(default_factory=list)
     last_stop: str | None = None
     failures: list[Failure] = field(default_factory=list)
     _ended: bool = False
@@ -176,12 +197,16 @@ class Contents:
     # The prompt's token ids, when the caller holds them (a bundle that discloses them): the
     # decision rule then re-reads copied drafts from the context.
     prompt_ids: list[int] | None = None
+    openings: dict[str, dict] = field(default_factory=dict)
+    trail_salt: str | None = None  # the store's: each record's stored values are opened with it
+    committed_slots: set[str] = field(default_factory=set)  # every slot a decision commits to
 
     def fail(self, seq: int | None, reason: str, scope: str = "trail") -> None:
         self.failures.append(Failure(scope, self.trail_id, seq, reason))
 
-    def observe(self, seq: int, payload: object) -> None:
-        """Take the next record's decoded payload (records in seq order)."""
+    def observe(self, seq: int, payload: object, stored_values: dict | None = None) -> None:
+        """Take the next record's decoded payload (records in seq order); `stored_values`: the
+        slot values the store keeps beside a v3 decision record."""
         if not isinstance(payload, dict):
             self.fail(seq, "payload is not a JSON object")
             return
@@ -196,15 +221,44 @@ class Contents:
             self._decision(seq, payload, step=seq)
         elif seq == 0:
             if kind != REQUEST:
-                self.fail(seq, f"seq 0 of a v2 trail must be the request record, not {kind!r}")
+                v = self.format_version
+                self.fail(seq, f"seq 0 of a v{v} trail must be the request record, not {kind!r}")
             else:
                 self._request(seq, payload)
         elif kind == DECISION:
-            self._decision(seq, payload, step=seq - 1)
+            if self.format_version >= sealing.SEALED_SINCE:
+                payload = self._opened(seq, payload, stored_values)
+            if payload is not None:
+                self._decision(seq, payload, step=seq - 1)
         elif kind == ANSWER:
             self._answer(seq, payload)
         else:
             self.fail(seq, f"unexpected {kind!r} record")
+
+    def _opened(self, seq: int, sealed: dict, stored_values: dict | None) -> dict | None:
+        """A v3 decision with its opened slots in place (None: not in format 3's shape)."""
+        problem = sealing.shape_problem(sealed)
+        if problem is not None:
+            self.fail(
+                seq, f"decision record is not in format 3's shape ({problem})", DECISION_SCOPE
+            )
+            return None
+        commitments = sealing.slot_commitments(sealed)
+        self.committed_slots.update(commitments)
+        openings = {name: self.openings[name] for name in commitments if name in self.openings}
+        if stored_values is not None:
+            if set(stored_values) != set(commitments):
+                self.fail(seq, "the values stored beside the record are not its slots'")
+            salt = self.trail_salt or ""
+            for name, value in stored_values.items():
+                if name in commitments and salt:
+                    openings[name] = {"salt": sealing.slot_salt(salt, name), "value": value}
+        bad = sealing.opening_failures(sealed, openings)
+        for name, reason in bad:
+            self.fail(seq, f"{name}: {reason}", DECISION_SCOPE)
+        failed = {name for name, _ in bad}
+        values = {n: o["value"] for n, o in openings.items() if n not in failed}
+        return sealing.open_decision(sealed, values)
 
     def _request(self, seq: int, payload: dict) -> None:
         prompt = payload.get("prompt")
@@ -245,7 +299,12 @@ class Contents:
 
     def _answer(self, seq: int, payload: dict) -> None:
         self.answer, self._ended = payload, True
-        if payload.get("output_token_ids") != self.emitted:
+        if self.format_version >= sealing.SEALED_SINCE:
+            if payload.get("output_token_count") != len(self.emitted):
+                self.fail(seq, "answer's output_token_count is not the decisions' emitted count")
+            if not _HEX64.fullmatch(str(payload.get("output_token_ids_digest", ""))):
+                self.fail(seq, "answer's output_token_ids_digest is not a SHA-256 hex digest")
+        elif payload.get("output_token_ids") != self.emitted:
             self.fail(seq, "answer's output_token_ids are not the decisions' emitted tokens")
         if payload.get("steps") != self.decisions:
             self.fail(seq, f"answer says {payload.get('steps')!r} steps; {self.decisions} recorded")
@@ -333,7 +392,15 @@ def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Fa
     if answer is None:
         fail("the job holds an output its trail never recorded")
         return failures
-    if list(claim.answer.token_ids) != answer.get("output_token_ids"):
+    ids = list(claim.answer.token_ids)
+    if answer.get("v", 0) >= sealing.SEALED_SINCE:
+        recorded = answer.get("output_token_ids_digest")
+        if bound_digest(trail_salt, ANSWER_TOKEN_IDS, canonical_json(ids)) != recorded:
+            fail("output_token_ids differ from the digest in the answer record")
+        walked = contents.decisions == answer.get("steps")  # not an incremental run's
+        if walked and ids != contents.emitted:
+            fail("output_token_ids are not the tokens the trail's decisions emitted")
+    elif ids != answer.get("output_token_ids"):
         fail("output_token_ids differ from the answer record")
     if bound_digest(trail_salt, ANSWER_TEXT, claim.answer.text) != answer.get("output_text_digest"):
         fail("output_text differs from the digest in the answer record")

@@ -73,7 +73,10 @@ def _finite(value: object) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _token(value: object, name: str) -> int:
+def _token(value: object, name: str) -> int | None:
+    """A token id, or None: sealed in a format-3 record and not opened (audit.evidence.sealing)."""
+    if value is None:
+        return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise _Bad(f"{name} is not a token id")
     return value
@@ -165,21 +168,55 @@ class DecisionRule:
             self._check_drafted(d, i, t, n, rule, seed, step, fail)
         self._check_correction(d, tokens, n, rule, seed, step, fail)
         correction = _token(d["correction"]["token"], "correction.token")
-        expected = _until_eos([*tokens[:n], correction], eos)
-        emitted = d["emitted"]
-        if emitted != expected:
-            fail.append(
-                f"emitted {emitted!r}: the accepted prefix and the correction, cut after "
-                f"end-of-sequence, are {expected!r}"
-            )
-        emitted = expected  # what follows is judged against what the rule emits
+        emitted = self._check_emitted(d, [*tokens[:n], correction], eos, fail)
         self._check_stop(d["stop"], emitted, eos, max_tokens, fail)
         self._check_source(d, tokens, fail)
         self._check_logprobs(d, emitted, fail)
-        if rejected and rule == GREEDY and correction == tokens[n]:
-            fail.append(f"drafted[{n}] was rejected, yet the argmax that replaced it is the same")
+        if rejected and rule == GREEDY:
+            if None in (correction, tokens[n]):
+                self.unchecked.add(
+                    "that a rejected argmax draft differs from the argmax that replaced it "
+                    "(a token of it is withheld)"
+                )
+            elif correction == tokens[n]:
+                fail.append(
+                    f"drafted[{n}] was rejected, yet the argmax that replaced it is the same"
+                )
         self.emitted.extend(emitted)
         self.ended = d["stop"]
+
+    def _check_emitted(self, d: dict, kept: list, eos: int | None, fail: list[str]) -> list:
+        """The emitted tokens are the accepted prefix and the correction (`kept`), cut after
+        end-of-sequence; returns what the rule emits, to judge the rest by. A sealed token
+        (format 3, None) leaves only the count to check where it would decide the cut."""
+        emitted = d["emitted"]
+        if None not in kept:
+            expected = _until_eos(kept, eos)
+            if emitted != expected:
+                fail.append(
+                    f"emitted {emitted!r}: the accepted prefix and the correction, cut after "
+                    f"end-of-sequence, are {expected!r}"
+                )
+            return expected
+        count, shown = len(emitted), kept[: len(emitted)]
+        if not 1 <= count <= len(kept):
+            fail.append(f"emitted_count {count}: the step keeps 1 to {len(kept)} tokens")
+        elif None not in shown:
+            ends = count == len(kept) or (eos is not None and shown[-1] == eos)
+            if _until_eos(shown, eos) != shown or not ends:
+                fail.append(
+                    f"emitted {shown!r}: of the accepted prefix and the correction, only an "
+                    "end-of-sequence token cuts the rest, and none is emitted after it"
+                )
+        else:
+            if count < len(kept) and d["stop"] != "eos":
+                fail.append(
+                    f"emitted_count {count} of {len(kept)}: only end-of-sequence cuts them short"
+                )
+            self.unchecked.add(
+                "which emitted tokens are end-of-sequence (the answer's tokens are withheld)"
+            )
+        return shown
 
     def _check_drafted(self, d, i, t, n, rule, seed, step, fail) -> None:
         name = f"drafted[{i}]"
@@ -232,8 +269,11 @@ class DecisionRule:
         total = len(self.emitted) + len(emitted)
         if total > max_tokens:
             fail.append(f"{total} tokens emitted, more than max_tokens {max_tokens}")
-        if eos is not None and eos in emitted:
-            expected: tuple = ("eos",)
+        if None in emitted:  # sealed: _check_emitted judged the count, and named the rest
+            expected: tuple = ("eos",) if stop == "eos" else ()
+            expected += ("max_tokens", "stop") if total >= max_tokens else (None, "stop")
+        elif eos is not None and eos in emitted:
+            expected = ("eos",)
         elif total >= max_tokens:
             expected = ("max_tokens", "stop")
         else:
@@ -298,7 +338,13 @@ class DecisionRule:
         """The drafted tokens are the context's at `offset`, after `length` tokens that equal the
         context's last `length`: what prompt lookup copied, read back."""
         context = [*self.prompt_ids, *self.emitted]
-        if context[offset : offset + len(tokens)] != tokens:
+        if (
+            None in tokens
+            or None in context[offset - length : offset + len(tokens)]
+            or (None in context[-length:])
+        ):
+            self.unchecked.add("drafts copied from the context (tokens they copy are withheld)")
+        elif context[offset : offset + len(tokens)] != tokens:
             fail.append(f"draft_source: the context's tokens at offset {offset} are not the draft")
         elif length > len(context) or context[offset - length : offset] != context[-length:]:
             fail.append(

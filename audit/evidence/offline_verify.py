@@ -43,7 +43,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from audit.evidence import binding, chain, checkpoints, der, descriptive, matter_leaves, merkle
+from audit.evidence import (
+    binding,
+    chain,
+    checkpoints,
+    der,
+    descriptive,
+    matter_leaves,
+    merkle,
+    sealing,
+)
 from audit.evidence.bundle_format import (
     ANSWER,
     BUNDLE_FORMAT_VERSION,
@@ -317,7 +326,7 @@ def _check_records(b: _Bundle, check: Check) -> None:
     text = b.text(RECORDS, check)
     if meta is None or text is None:
         return
-    if meta["format_version"] not in (1, binding.FORMAT_VERSION):
+    if meta["format_version"] not in binding.FORMAT_VERSIONS:
         check.fail(f"unsupported chain format_version {meta['format_version']!r}")
         return
     trail_id = meta["trail_id"]
@@ -352,7 +361,10 @@ def _check_records(b: _Bundle, check: Check) -> None:
     for failure in summary.failures:
         check.fail(f"seq {failure.seq}: {failure.reason}")
     b.contents = binding.Contents(
-        trail_id, meta["format_version"], prompt_ids=_disclosed_token_ids(b.members)
+        trail_id,
+        meta["format_version"],
+        prompt_ids=_disclosed_token_ids(b.members),
+        openings=_disclosed_openings(b.members),
     )
     for record in stored:
         with contextlib.suppress(ValueError, RecursionError):  # the chain check named it
@@ -442,6 +454,22 @@ def _disclosed_token_ids(members: dict[str, bytes]) -> list[int] | None:
     if isinstance(value, list) and all(_int(t) for t in value):
         return value
     return None
+
+
+def _disclosed_openings(members: dict[str, bytes]) -> dict[str, dict]:
+    """The token slots disclosures.json opens (format 3), by slot name: each {salt, value} as
+    given; the decisions check holds each to its commitment, 'question and answer' its form."""
+    try:
+        doc = _loads(members[DISCLOSURES].decode("utf-8"))
+    except (KeyError, ValueError, RecursionError, UnicodeDecodeError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {
+        name: entry
+        for name, entry in doc.items()
+        if sealing.is_slot_name(name) and isinstance(entry, dict)
+    }
 
 
 def _check_decisions(b: _Bundle, check: Check) -> None:
@@ -545,13 +573,16 @@ def _check_disclosures(b: _Bundle, check: Check) -> None:
     request, answer = contents.request, contents.answer
     digests = dict(request["prompt"]["digests"]) if request is not None else {}
     if answer is not None:
-        digests[binding.ANSWER_TEXT] = answer.get("output_text_digest")
+        digests.update(binding.answer_digests(answer))
     for name, member in TEXT_MEMBERS.items():
         if name not in digests and b.members.get(member):
             check.fail(f"{member} holds text that no record of this trail binds")
-    if set(doc) != set(digests):
-        check.fail(f"disclosures.json names {sorted(doc)}; the records bind {sorted(digests)}")
+    slots = {name for name in doc if sealing.is_slot_name(name)}
+    if set(doc) - slots != set(digests):
+        named = sorted(set(doc) - slots)
+        check.fail(f"disclosures.json names {named}; the records bind {sorted(digests)}")
         return
+    _check_slot_openings(b, doc, slots, check)
     shown, withheld = [], set()
     for name in sorted(digests):
         entry = doc[name]
@@ -580,6 +611,27 @@ def _check_disclosures(b: _Bundle, check: Check) -> None:
         check.detail = "v1 trail: it binds no question or answer (decisions only)"
     else:
         check.detail = "; ".join(shown) or "the trail binds no text (no request was recorded)"
+
+
+def _check_slot_openings(b: _Bundle, doc: dict, slots: set[str], check: Check) -> None:
+    """Format 3: every opened slot is a slot of this trail's decisions, opened as {salt, value}
+    (the decisions check holds it to its commitment), and a disclosed answer's token ids are the
+    emitted tokens, every one of them opened."""
+    contents = b.contents
+    for name in sorted(slots):
+        entry = doc[name]
+        if name not in contents.committed_slots:
+            check.fail(f"disclosures.json opens {name}, which no decision commits to")
+        elif not isinstance(entry, dict) or set(entry) != {"salt", "value"}:
+            check.fail(f"opening of {name} must be {{salt, value}}")
+        elif not _hex_hash(entry["salt"]):
+            check.fail(f"opening of {name} has a salt that is not 64 hex digits")
+    ids = doc.get(binding.ANSWER_TOKEN_IDS)
+    if isinstance(ids, dict) and "value" in ids and contents.emitted != ids["value"]:
+        check.fail(
+            "answer.token_ids is disclosed, but the decisions' emitted tokens, opened, are "
+            "not it (each emitted token must be opened with the answer)"
+        )
 
 
 def _bundled_key(b: _Bundle, check: Check) -> str | None:

@@ -11,8 +11,10 @@ from .providers.base import ModelIdentity
 from .rules import Verdict
 from .sampling import decimal
 
-# Format v2 (audit.evidence.binding): decisions sit between a trail's request and answer records.
-PAYLOAD_VERSION = 2
+# Format v3 (audit.evidence.binding): decisions sit between a trail's request and answer records,
+# and the audit store keeps their tokens as salted commitments (audit.evidence.sealing). payload()
+# is the clear form, before sealing and after opening.
+PAYLOAD_VERSION = 3
 
 
 _HOW_DRAWN = {
@@ -139,25 +141,24 @@ class StepRecord:
     def rationale(self) -> str:
         """One plain-English sentence a reviewer can read without the rest of the record."""
         verdict = self.verdict
-        k, n, token = self.drafted_count, verdict.accepted_count, verdict.correction_token
+        k, n = self.drafted_count, verdict.accepted_count
         drawn = _HOW_DRAWN[verdict.correction_kind]
+        # No token ids: the sentence travels in clear while the tokens are sealed (format 3).
         if k == 0:
-            clauses = [f"Nothing was drafted; token {token} {drawn}"]
+            clauses = [f"Nothing was drafted; the token {drawn}"]
         elif verdict.rejected:
-            rejected = int(verdict.tokens[n])
             if verdict.u is None:
                 why = "not the target's argmax"
             else:
                 why = f"u={verdict.u[n]:.2f} >= p/q={verdict.ratio[n]:.2f}"
             clauses = [
                 f"Accepted {n} of {k} drafted tokens",
-                f"token {rejected} at position {n + 1} was rejected ({why}) and token {token} "
-                f"{drawn}",
+                f"the token at position {n + 1} was rejected ({why}) and its replacement {drawn}",
             ]
         else:
-            clauses = [f"Accepted all {k} drafted tokens", f"bonus token {token} {drawn}"]
+            clauses = [f"Accepted all {k} drafted tokens", f"the bonus token {drawn}"]
         if self.stop == "eos":
-            clause = f"generation stopped at end-of-sequence token {self.emitted[-1]}"
+            clause = "generation stopped at the end-of-sequence token"
             if len(self.emitted) < n + 1:
                 clause += f", so only {len(self.emitted)} of the {n + 1} tokens were emitted"
             clauses.append(clause)

@@ -100,7 +100,7 @@ def _run(job_id: uuid.UUID) -> None:
         with (
             LEASES.watching(job.id, attempt) as watch,
             models.sequence() as target,
-            sink_for(trail.id, head=head, committed=announce) as sink,
+            sink_for(trail.id, head=head, salt=trail.salt, committed=announce) as sink,
         ):
             schedule = models.schedule(job.draft_length, target)
             decoder = SpeculativeDecoder(

@@ -8,7 +8,6 @@ the record, so with the same model identities every field but the timings must c
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import time
 import uuid
@@ -18,7 +17,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from audit.evidence.chain import canonical_json
-from audit.selectors import trail_decisions
+from audit.selectors import trail_clear_decisions
 from decoding.engine import (
     AuditSink,
     Draft,
@@ -147,12 +146,7 @@ def replay_decisions(
     steps."""
     if not replayable(job):
         raise ValueError("only a finished job with a trail can be replayed")
-    recorded = [
-        json.loads(payload)
-        for payload in trail_decisions(trail_id=trail_id or job.trail_id).values_list(
-            "payload", flat=True
-        )
-    ]
+    recorded = trail_clear_decisions(trail_id=trail_id or job.trail_id)
     models, _ = runtime.models_for(job.model_spec)
     sink = _Collect()
     decoder = SpeculativeDecoder(
@@ -254,6 +248,8 @@ def differing_fields(recorded: dict, replayed: dict) -> list[str]:
     keys = [key for key in keys if key in recorded or key not in ADDED_FIELDS]
     if _warped_top(recorded):  # ranked by another distribution than a replay ranks them now
         keys = [key for key in keys if key != "target_top"]
+    if recorded.get("v", 1) < RATIONALE_WORDED_SINCE:  # worded with token ids, as then
+        keys = [key for key in keys if key != "rationale"]
     return [
         key
         for key in keys
@@ -262,6 +258,8 @@ def differing_fields(recorded: dict, replayed: dict) -> list[str]:
 
 
 IDENTITIES = ("draft", "target")
+# Format 3's rationale names no token (its tokens are sealed); older records' sentences did.
+RATIONALE_WORDED_SINCE = 3
 
 
 def _warped_top(recorded: dict) -> bool:

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import connection
 
 from audit.evidence.chain import canonical_json
+from audit.evidence.sealing import seal_decision
 from audit.store import trail_extend
 from decoding.engine import AuditSink, AuditUnavailable, StepRecord
 from decoding.metrics import AUDIT_COMMIT_SECONDS
@@ -32,18 +33,29 @@ BATCH_STEPS = 64
 
 class TrailSink(AuditSink):
     """Appends records to one trail, in one transaction per batch of steps, after the head its
-    last append left (`head`: the next seq and the head hash); it is the trail's only writer."""
+    last append left (`head`: the next seq and the head hash); it is the trail's only writer.
+    Each step's tokens are sealed under the trail's `salt` (audit format 3): the record holds
+    their commitments, the row beside it their values."""
 
     def __init__(
-        self, trail_id: uuid.UUID, *, head: tuple[int, str], batch_steps: int = BATCH_STEPS
+        self,
+        trail_id: uuid.UUID,
+        *,
+        head: tuple[int, str],
+        salt: str,
+        batch_steps: int = BATCH_STEPS,
     ):
         self.trail_id = trail_id
         self._head = head
+        self._salt = salt
         self._batch_steps = batch_steps
         self._pending: list[str] = []
+        self._openings: list[str] = []
 
     def record(self, record: StepRecord) -> None:
-        self._pending.append(canonical_json(record.payload()))
+        sealed, values = seal_decision(record.payload(), self._salt)
+        self._pending.append(canonical_json(sealed))
+        self._openings.append(canonical_json(values))
         if len(self._pending) >= self._batch_steps:
             self.flush()
 
@@ -52,10 +64,14 @@ class TrailSink(AuditSink):
             started = time.perf_counter()
             seq, head = self._head
             self._head = trail_extend(
-                trail_id=self.trail_id, seq=seq, head=head, texts=self._pending
+                trail_id=self.trail_id,
+                seq=seq,
+                head=head,
+                texts=self._pending,
+                openings=self._openings,
             )
             AUDIT_COMMIT_SECONDS.observe(time.perf_counter() - started)
-            self._pending = []
+            self._pending, self._openings = [], []
 
 
 class SteppedTrailSink(AuditSink):
@@ -166,17 +182,19 @@ def sink_for(
     trail_id: uuid.UUID,
     *,
     head: tuple[int, str],
+    salt: str,
     committed: Callable[[], None] | None = None,
     interval_ms: int | None = None,
 ) -> Iterator[AuditSink]:
-    """The sink for one attempt's steps, appended after `head`. Without `committed` the records
+    """The sink for one attempt's steps, appended after `head` and sealed under the trail's
+    `salt`. Without `committed` the records
     batch (a job answered at the end); with it (a stream) each step is committed as soon as it
     is decided and `committed` is called after each commit: in the background on PostgreSQL
     when the caller is in autocommit (a worker), whose commits need no lock on the trail; on the
     decoder's thread otherwise (SQLite's single writer; a caller's open transaction, which
     another connection could not see). interval_ms: at most one commit per this many ms
     (default PATHFINDER_STREAM_COMMIT_INTERVAL_MS)."""
-    trail_sink = TrailSink(trail_id, head=head)
+    trail_sink = TrailSink(trail_id, head=head, salt=salt)
     if committed is None:
         yield trail_sink
     elif connection.vendor == "postgresql" and not connection.in_atomic_block:

@@ -47,18 +47,21 @@ def _abandoned_records() -> list[tuple[int, str, str, str]]:
         token_ids=(1, 21, 22),
         params=v2.QUESTION.params,
     )
-    payloads = [
-        binding.request_payload(
-            trail_salt=ABANDONED_SALT,
-            job_id=ABANDONED_JOB,
-            matter=MATTER_NAME,
-            request_id=None,
-            attempt=1,
-            previous_trail=None,
-            model_spec="golden",
-            models={"draft": v2.MODEL, "target": v2.MODEL},
-            question=question,
-        ),
+    payloads = [  # in audit format 2, like the rest of this sample
+        {
+            **binding.request_payload(
+                trail_salt=ABANDONED_SALT,
+                job_id=ABANDONED_JOB,
+                matter=MATTER_NAME,
+                request_id=None,
+                attempt=1,
+                previous_trail=None,
+                model_spec="golden",
+                models={"draft": v2.MODEL, "target": v2.MODEL},
+                question=question,
+            ),
+            "v": 2,
+        },
         {**v2._decision(0, [50, 51], None, prompt_tokens=3), "request_id": ABANDONED_JOB},
     ]
     records, prev = [], chain.genesis_hash(ABANDONED_TRAIL)

@@ -81,22 +81,34 @@ def _decision(step: int, emitted: list[int], stop: str | None, prompt_tokens: in
     }
 
 
+def _answer_v2() -> dict:
+    """The answer record as format 2 wrote it: the output's token ids in clear."""
+    v3 = binding.answer_payload(trail_salt=SALT, answer=ANSWER, steps=2)
+    kept = {k: v for k, v in v3.items() if not k.startswith("output_token")}
+    return {**kept, "v": 2, "output_token_ids": list(ANSWER.token_ids)}
+
+
 def payloads() -> list[dict]:
+    """The trail in audit format 2 (this file's whole point), whatever format the code now
+    writes: the request record as format 2 wrote it, under v 2."""
     return [
-        binding.request_payload(
-            trail_salt=SALT,
-            job_id=JOB_ID,
-            matter="Golden v. Vectors",
-            request_id="client-0001",
-            attempt=1,
-            previous_trail=None,
-            model_spec="golden",
-            models={"draft": MODEL, "target": MODEL},
-            question=QUESTION,
-        ),
+        {
+            **binding.request_payload(
+                trail_salt=SALT,
+                job_id=JOB_ID,
+                matter="Golden v. Vectors",
+                request_id="client-0001",
+                attempt=1,
+                previous_trail=None,
+                model_spec="golden",
+                models={"draft": MODEL, "target": MODEL},
+                question=QUESTION,
+            ),
+            "v": 2,
+        },
         _decision(0, [40, 41], None),
         _decision(1, [42, 2], "eos"),
-        binding.answer_payload(trail_salt=SALT, answer=ANSWER, steps=2),
+        _answer_v2(),
     ]
 
 

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 import requests
 
+from audit.evidence.sealing import open_decision
 from tests.system.helpers import FINISHED, auth, describe, get, submit
 
 from .stack import APP_ROLE, FaultStack
@@ -94,13 +95,13 @@ def assert_nothing_lost(stack: FaultStack, job_ids: list[str], timeout: float = 
             assert job["output"] == [], f"failed job {job_id} released tokens"
         recorded = [
             token
-            for (payload,) in rows(
+            for payload, openings in rows(
                 stack,
-                "SELECT payload FROM audit_decisionrecord"
+                "SELECT payload, openings FROM audit_decisionrecord"
                 " WHERE trail_id = %s AND kind = 'decision' ORDER BY seq",
                 job["trail"],
             )
-            for token in json.loads(payload)["emitted"]
+            for token in open_decision(json.loads(payload), json.loads(openings))["emitted"]
         ]
         if job["status"] == "succeeded":
             assert job["output"] == recorded, f"job {job_id}: output differs from its records"

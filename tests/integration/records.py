@@ -14,7 +14,7 @@ def plain_step(request: dict, step: int, token: int) -> dict:
     greedy = float(params["temperature"]) == 0
     u = None if greedy else number_text(uniform(params["seed"], step, 0, "bonus"))
     return {
-        "v": 2,
+        "v": 3,
         "kind": "decision",
         "request_id": request["job"],
         "step": step,
@@ -35,6 +35,6 @@ def plain_step(request: dict, step: int, token: int) -> dict:
         },  # fmt: skip
         "emitted": [token],
         "stop": None,
-        "rationale": f"Nothing was drafted; token {token} was the target's.",
+        "rationale": "Nothing was drafted; the token was the target's.",
         "timings_us": {"draft": 0, "verify": 0},
     }

@@ -8,14 +8,15 @@ from django.core.management import call_command
 from django.db import connection
 
 from audit.models import DecisionRecord, LedgerEntry, Trail, VerificationRun
-from audit.selectors import trail_decisions
+from audit.selectors import trail_clear_decisions, trail_decisions
 from audit.verification import verify_trails
 from decoding.worker.sinks import BATCH_STEPS
 
 
 def emitted_by_records(trail_id) -> list[int]:
-    records = trail_decisions(trail_id=trail_id)
-    return [token for record in records for token in json.loads(record.payload)["emitted"]]
+    return [
+        token for record in trail_clear_decisions(trail_id=trail_id) for token in record["emitted"]
+    ]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])

@@ -165,7 +165,12 @@ def test_every_wait_ends_once_the_service_is_stopping(owner):
 
 
 def _decision(emitted):
-    return {"v": 2, "kind": "decision", "step": 0, "emitted": emitted}
+    """A step that accepted every token but the last, which the target added: enough of a
+    decision for the store to seal and the relay to read back (no rule is checked here)."""
+    drafted = [{"token": t, "accepted": True} for t in emitted[:-1]]
+    return {"v": 3, "kind": "decision", "step": 0, "drafted": drafted,
+            "accepted_count": len(drafted), "correction": {"token": emitted[-1]},
+            "emitted": emitted}  # fmt: skip
 
 
 def _new_attempt(job):

@@ -1,13 +1,12 @@
 """The native API's job list, cancel and per-request speculation metrics."""
 
 import datetime as dt
-import json
 
 import pytest
 from django.utils import timezone
 
 from audit.models import Trail
-from audit.selectors import trail_decisions
+from audit.selectors import trail_clear_decisions
 from audit.verification import verify_trails
 from decoding.models import GenerationJob
 from decoding.worker import execution, leases
@@ -106,9 +105,7 @@ def test_a_running_job_stops_at_a_step_boundary_and_seals_its_trail_cancelled(ow
     # The request, three decisions, and the answer as served.
     assert (trail.status, trail.outcome, trail.record_count) == ("sealed", "cancelled", 5)
     recorded = [
-        t
-        for payload in trail_decisions(trail_id=trail.id).values_list("payload", flat=True)
-        for t in json.loads(payload)["emitted"]
+        t for payload in trail_clear_decisions(trail_id=trail.id) for t in payload["emitted"]
     ]
     assert row.output_token_ids == recorded
     assert verify_trails([trail.id], scope="test").ok

@@ -3,7 +3,6 @@ new trail linked to the abandoned one; a live attempt is never doubled; attempts
 the recovery sweep re-queues lost messages; periodic work runs under a lock."""
 
 import datetime as dt
-import json
 import secrets
 from contextlib import ExitStack
 
@@ -14,7 +13,7 @@ from django.utils import timezone
 
 from audit.locks import lock_acquire, run_exclusively
 from audit.models import LedgerEntry, Trail
-from audit.selectors import trail_decisions
+from audit.selectors import trail_clear_decisions
 from audit.store import trail_append, trail_open, trail_seal
 from audit.verification import verify_trails
 from decoding import delivery, services
@@ -63,8 +62,7 @@ def died_mid_decode(job: GenerationJob, *, records: int = 2, lease_left_s: float
 
 
 def emitted(trail_id) -> list[int]:
-    payloads = trail_decisions(trail_id=trail_id)
-    return [t for p in payloads.values_list("payload", flat=True) for t in json.loads(p)["emitted"]]
+    return [t for p in trail_clear_decisions(trail_id=trail_id) for t in p["emitted"]]
 
 
 def test_a_job_whose_worker_died_runs_again_as_a_new_linked_attempt(submitted):

@@ -25,7 +25,7 @@ from django.urls import reverse
 
 from audit.evidence.offline_verify import verify_bundle
 from audit.keys import signing_key
-from audit.selectors import trail_decisions
+from audit.selectors import trail_clear_decisions
 from decoding.models import GenerationJob, Matter
 from decoding.services import job_submit
 from decoding.worker.execution import job_run
@@ -83,9 +83,8 @@ def html(response) -> str:
 
 
 def records(job) -> list[dict]:
-    """The job's decision records (one per step), parsed."""
-    payloads = trail_decisions(trail_id=job.trail_id)
-    return [json.loads(payload) for payload in payloads.values_list("payload", flat=True)]
+    """The job's decision records (one per step), clear."""
+    return trail_clear_decisions(trail_id=job.trail_id)
 
 
 def rogue(table: str, sql: str, params=None):

@@ -10,13 +10,15 @@ import io
 import json
 import subprocess
 import sys
+import zipfile
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from audit.evidence import binding, checkpoints
+from audit.evidence import binding, checkpoints, offline_verify, sealing
+from audit.evidence.chain import canonical_json
 from audit.keys import signing_key
 from audit.log import checkpoint_create, latest_checkpoint
 from audit.models import Checkpoint, DecisionRecord, LedgerEntry, Trail, VerificationRun
@@ -64,7 +66,7 @@ def test_a_trail_opens_with_the_request_and_ends_with_the_answer(run_job):
     trail = Trail.objects.get(pk=job.trail_id)
     kinds = list(DecisionRecord.objects.filter(trail=trail).order_by("seq").values_list("kind"))
     assert [k for (k,) in kinds] == ["request"] + ["decision"] * job.steps + ["answer"]
-    assert trail.format_version == 2 and len(trail.salt) == 64
+    assert trail.format_version == 3 and len(trail.salt) == 64
     request = trail_record_of_kind(trail_id=trail.id, kind="request")
     assert (request["job"], request["attempt"], request["request_id"]) == (
         str(job.id),
@@ -80,10 +82,14 @@ def test_a_trail_opens_with_the_request_and_ends_with_the_answer(run_job):
     other_request = trail_record_of_kind(trail_id=other.trail_id, kind="request")
     assert other_request["prompt"]["digests"] != request["prompt"]["digests"]
     answer = trail_record_of_kind(trail_id=trail.id, kind="answer")
-    assert answer["output_token_ids"] == job.output_token_ids
+    ids = canonical_json(job.output_token_ids)
+    assert answer["output_token_ids_digest"] == binding.bound_digest(
+        trail.salt, binding.ANSWER_TOKEN_IDS, ids
+    )
+    assert answer["output_token_count"] == len(job.output_token_ids)
     assert answer["stop_reason"] == job.stop_reason and answer["steps"] == job.steps
     ledger = json.loads(LedgerEntry.objects.get(trail_id=trail.id).payload)
-    assert ledger["v"] == 2 and ledger["records"] == job.steps + 2
+    assert ledger["v"] == 3 and ledger["records"] == job.steps + 2
     assert verify_everything().ok
 
 
@@ -106,7 +112,9 @@ def test_a_text_prompt_binds_the_given_the_rendered_and_the_token_ids(owner, set
         assert digests[name] == binding.bound_digest(trail.salt, name, texts[name])
     served = owner.api.get(f"/api/v1/generations/{job.id}").json()
     answer = trail_record_of_kind(trail_id=trail.id, kind="answer")
-    assert served["output_text"] and served["output_token_ids"] == answer["output_token_ids"]
+    assert served["output_text"] and answer["output_token_ids_digest"] == binding.bound_digest(
+        trail.salt, binding.ANSWER_TOKEN_IDS, canonical_json(served["output_token_ids"])
+    )
     assert answer["output_text_digest"] == binding.bound_digest(
         trail.salt, binding.ANSWER_TEXT, served["output_text"]
     )
@@ -153,15 +161,17 @@ def test_a_job_re_pointed_at_another_jobs_trail_is_named(run_job, app_role):
     assert not verify_trails([first.trail_id], scope="one").ok
 
 
-def test_the_api_serves_the_token_ids_of_the_answer_record_not_of_the_row(run_job, owner):
+def test_the_api_serves_no_token_ids_but_those_the_answer_record_binds(run_job, owner):
+    """A format-3 answer record binds the ids by salted digest: a row whose ids were changed
+    is not served (500, the fault is ours), never served as the answer."""
     job = run_job()
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE decoding_generationjob SET output_token_ids = '[1]' WHERE id = %s", [job.id]
         )
-    served = owner.api.get(f"/api/v1/generations/{job.id}").json()
-    # Token ids come from the answer record, not the row.
-    assert served["output_token_ids"] == job.output_token_ids
+    response = owner.api.get(f"/api/v1/generations/{job.id}")
+    assert response.status_code == 500
+    assert "output tokens are not the recorded answer" in response.content.decode()
 
 
 def test_the_app_role_cannot_create_temp_tables(app_role):
@@ -284,11 +294,13 @@ def test_an_export_can_withhold_the_prompt_and_still_verifies_offline(run_job, t
     assert unpinned.returncode == 3 and "NOT VERIFIED" in unpinned.stdout
 
 
-def test_withholding_what_the_records_show_in_clear_is_refused_and_says_why(owner, tmp_path, beat):
-    """Issue 22: with prompt lookup the drafted tokens are the prompt's own n-grams, recorded
-    in clear, and every decision records the answer's tokens. A bundle withholding either would
-    still show it, so the export is refused, naming the step that carries it, and nothing is
-    written."""
+def test_withholding_hides_every_token_of_the_withheld_text_and_decisions_stay_checked(
+    owner, tmp_path, beat
+):
+    """Issue 22: with prompt lookup the drafted tokens are the prompt's own n-grams, and every
+    decision emits the answer's tokens. Format-3 records seal them, so a bundle withholding the
+    prompt opens only the emitted tokens, one withholding the answer opens none; both verify,
+    and the verdict names what could not be re-checked for want of the withheld text."""
     from decoding.models import ModelSpec
 
     ModelSpec.objects.create(
@@ -306,16 +318,52 @@ def test_withholding_what_the_records_show_in_clear_is_refused_and_says_why(owne
         **JOB_DEFAULTS,
     )
     job_run(job_id=job.id)
+    job.refresh_from_db()
     beat()
-    path = tmp_path / "withheld.zip"
-    for group, says in (("prompt", "copied from the prompt"), ("answer", "emitted the answer")):
-        with pytest.raises(CommandError) as refused:
-            call_command("export_trail", "--job", str(job.id), "--out", str(path),
-                         "--withhold", group, stdout=io.StringIO())  # fmt: skip
-        assert says in str(refused.value) and "in clear" in str(refused.value), refused.value
-        assert not path.exists()
+    for group in ("prompt", "answer"):
+        path = tmp_path / f"without-{group}.zip"
+        call_command("export_trail", "--job", str(job.id), "--out", str(path),
+                     "--withhold", group, stdout=io.StringIO())  # fmt: skip
+        with zipfile.ZipFile(path) as bundle:
+            members = {name: bundle.read(name) for name in bundle.namelist()}
+        records = [json.loads(line) for line in members["records.jsonl"].splitlines()]
+        disclosures = json.loads(members["disclosures.json"])
+        assert all('"token"' not in line for line in members["records.jsonl"].decode().split())
+        assert not any("output_token_ids" in r for r in records)
+        opened = {n for n in disclosures if n.startswith("step.")}
+        emitted = {n for r in records if r.get("kind") == "decision"
+                   for n in sealing.emitted_slots(r)}  # fmt: skip
+        if group == "prompt":
+            assert opened == emitted, opened ^ emitted  # the answer's tokens, nothing drafted
+            assert disclosures["prompt.token_ids"] == {"withheld": True}
+            assert disclosures["answer.token_ids"]["value"] == job.output_token_ids
+        else:
+            assert opened == set() and disclosures["answer.token_ids"] == {"withheld": True}
+            assert members["answer.txt"] == b""
+        found = offline_verify.check_bundle(path.read_bytes(), keys=[signing_key().verifier])
+        checks = {c.name: c for c in found}
+        assert all(c.ok for c in checks.values()), [str(c) for c in checks.values() if not c.ok]
+        assert "not re-checked" in checks["decision rule"].detail
+    path = tmp_path / "whole.zip"
     call_command("export_trail", "--job", str(job.id), "--out", str(path), stdout=io.StringIO())
-    assert path.exists()  # disclosing everything is still possible
+    with zipfile.ZipFile(path) as bundle:
+        disclosures = json.loads(bundle.read("disclosures.json"))
+    assert {n for n in disclosures if n.startswith("step.")} > emitted  # the drafts too
+    assert offline_verify.verify_bundle(path.read_bytes(), keys=[signing_key().verifier]) == []
+
+
+def test_a_v2_trail_whose_records_carry_the_text_in_clear_cannot_withhold_it():
+    """Format-2 records carry tokens in clear: --withhold refuses them, saying where."""
+    from audit.export import carried_in_clear
+
+    request = {"v": 2, "kind": "request", "prompt": {"token_count": 4}}
+    copied = {"v": 2, "kind": "decision", "step": 3, "emitted": [9],
+              "draft_source": {"reference": "context", "offset": 2, "match_length": 1}}  # fmt: skip
+    assert (
+        carried_in_clear([request, copied], "prompt")
+        == "step 3 drafted tokens copied from the prompt"
+    )
+    assert carried_in_clear([request, copied], "answer") == "step 3 emitted the answer's tokens"
 
 
 def test_a_job_cancelled_after_its_worker_died_served_nothing_and_verifies(owner):

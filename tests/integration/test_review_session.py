@@ -39,12 +39,9 @@ def generate(client, **body) -> GenerationJob:
 
 
 def decisions(job) -> list[dict]:
-    from audit.selectors import trail_decisions
+    from audit.selectors import trail_clear_decisions
 
-    return [
-        json.loads(p)
-        for p in trail_decisions(trail_id=job.trail_id).values_list("payload", flat=True)
-    ]
+    return trail_clear_decisions(trail_id=job.trail_id)
 
 
 def test_a_second_question_about_a_document_reports_its_cached_prompt_tokens(owner):

@@ -70,7 +70,9 @@ def test_a_worker_in_autocommit_on_postgresql_streams_through_the_background_sin
 ):
     with django_db_blocker.unblock():
         assert connection.vendor == "postgresql" and not connection.in_atomic_block
-        with sink_for(uuid.uuid4(), head=(0, "0" * 64), committed=lambda: None) as sink:
+        with sink_for(
+            uuid.uuid4(), head=(0, "0" * 64), salt="00" * 32, committed=lambda: None
+        ) as sink:
             assert isinstance(sink, BackgroundTrailSink)
         assert not sink._thread.is_alive()
 
@@ -136,7 +138,10 @@ def test_inside_a_transaction_a_stream_commits_step_by_step_on_the_decoders_thre
         told.append(DecisionRecord.objects.filter(trail=trail).count())
 
     head = (0, trail.head_hash)
-    with transaction.atomic(), sink_for(trail.id, head=head, committed=committed) as sink:
+    with (
+        transaction.atomic(),
+        sink_for(trail.id, head=head, salt=trail.salt, committed=committed) as sink,
+    ):
         assert isinstance(sink, SteppedTrailSink)  # another connection would not see it
         result = decode(sink)
     assert told == list(range(1, result.steps + 1))
@@ -146,7 +151,7 @@ def test_inside_a_transaction_a_stream_commits_step_by_step_on_the_decoders_thre
 @pytest.mark.django_db
 def test_a_job_answered_at_the_end_batches_its_records():
     trail = trail_open(job_id=uuid.uuid4(), attempt=1)
-    with sink_for(trail.id, head=(0, trail.head_hash)) as sink:
+    with sink_for(trail.id, head=(0, trail.head_hash), salt=trail.salt) as sink:
         assert isinstance(sink, TrailSink)
         result = decode(sink)
     rows = stored(trail)

@@ -6,7 +6,7 @@ import json
 import pytest
 from django.core.exceptions import ValidationError
 
-from audit.selectors import trail_decisions
+from audit.selectors import trail_clear_decisions
 from audit.verification import verify_trails
 from decoding.models import GenerationJob, ModelSpec
 from decoding.worker.execution import job_run
@@ -25,7 +25,7 @@ def generate(owner, **body) -> GenerationJob:
 
 
 def records_of(job) -> list[dict]:
-    return [json.loads(row.payload) for row in trail_decisions(trail_id=job.trail_id)]
+    return trail_clear_decisions(trail_id=job.trail_id)
 
 
 def test_a_text_prompt_returns_text_and_every_record_carries_token_texts(owner):

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 import requests
 
+from audit.evidence.sealing import open_decision
 from decoding.engine.weights import default_gguf_path
 
 from .helpers import Stack, auth, describe, get, submit, wait_for
@@ -64,15 +65,16 @@ def native(stack: Stack, **body) -> dict:
 
 
 def committed_decisions(stack: Stack, job_id: str) -> list[dict]:
-    """The job's committed decision records, read straight from PostgreSQL."""
+    """The job's committed decision records, read straight from PostgreSQL, each opened with the
+    slot values stored beside it (audit format 3)."""
     with psycopg.connect(stack.database_url, autocommit=True) as db:
         rows = db.execute(
-            """SELECT r.payload FROM audit_decisionrecord r
+            """SELECT r.payload, r.openings FROM audit_decisionrecord r
                JOIN decoding_generationjob j ON j.trail_id = r.trail_id
                WHERE j.id = %s AND r.kind = 'decision' ORDER BY r.seq""",
             [job_id],
         ).fetchall()
-    return [json.loads(payload) for (payload,) in rows]
+    return [open_decision(json.loads(p), json.loads(o)) for p, o in rows]
 
 
 def committed_tokens(stack: Stack, job_id: str) -> list[int]:

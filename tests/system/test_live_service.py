@@ -307,7 +307,7 @@ def delete_as_superuser(database_url: str, trail_id: str) -> tuple:
     (row,) = _as_superuser(
         database_url,
         "DELETE FROM audit_decisionrecord WHERE trail_id = %s AND seq = 2 "
-        "RETURNING id, trail_id, seq, kind, payload, prev_hash, record_hash, created_at",
+        "RETURNING id, trail_id, seq, kind, payload, openings, prev_hash, record_hash, created_at",
         (trail_id,),
     )
     return row
@@ -316,8 +316,9 @@ def delete_as_superuser(database_url: str, trail_id: str) -> tuple:
 def reinsert_as_superuser(database_url: str, row: tuple) -> None:
     _as_superuser(
         database_url,
-        "INSERT INTO audit_decisionrecord (id, trail_id, seq, kind, payload, prev_hash, "
-        "record_hash, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+        "INSERT INTO audit_decisionrecord (id, trail_id, seq, kind, payload, openings, "
+        "prev_hash, record_hash, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+        "RETURNING id",
         row,
     )
 

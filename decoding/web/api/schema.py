@@ -155,12 +155,16 @@ class DecisionRecordOut(serializers.Serializer):
     seq = serializers.IntegerField()
     kind = serializers.ChoiceField(
         choices=["request", "decision", "answer"],
-        help_text="audit format 2: the request (seq 0), a decision per step, the answer (last)",
+        help_text="audit format 3: the request (seq 0), a decision per step, the answer (last)",
     )
     prev_hash = serializers.CharField()
     record_hash = serializers.CharField()
-    payload = serializers.CharField(help_text="The exact canonical JSON text that was hashed")
-    decision = serializers.JSONField(help_text="payload, parsed")
+    payload = serializers.CharField(
+        help_text="The exact canonical JSON text that was hashed (a decision's tokens sealed)"
+    )
+    decision = serializers.JSONField(
+        help_text="payload, parsed; a decision's tokens opened for the job's own caller"
+    )
     created_at = serializers.DateTimeField()
 
 

@@ -1,11 +1,10 @@
 """Input validation and output shapes for the native API. No business logic here."""
 
-import json
-
 from django.conf import settings
 from django.urls import reverse
 from rest_framework import serializers
 
+from audit.selectors import clear_payload
 from decoding.engine.params import MAX_SEED, MAX_TOP_LOGPROBS
 from decoding.models import GenerationJob
 from decoding.selectors import job_answer, trail_for_job
@@ -177,6 +176,7 @@ class DecisionRecordOutput(serializers.Serializer):
             "prev_hash": record.prev_hash,
             "record_hash": record.record_hash,
             "payload": record.payload,  # the exact text that was hashed
-            "decision": json.loads(record.payload),
+            # Clear: a format-3 decision's tokens opened for the job's own caller.
+            "decision": clear_payload(record.payload, record.openings),
             "created_at": record.created_at,
         }

@@ -1,7 +1,8 @@
 /* The decision rule, re-checked from the records alone, in the reviewer's browser.
 
    The page verifier's second half of audit/evidence/decision_rule.py (docs/audit-format.md, "The decision
-   rule, re-checkable from the record"), written again from the doc: for every format-2 decision,
+   rule, re-checkable from the record"), written again from the doc: for every format-2 or 3 decision
+   (a format-3 decision opened first: verify.js, a sealed token null),
    each accept draw u from the RNG formula, each ratio as p / q, the accept test, where testing
    stopped, the correction's kind and draw, the emitted tokens, the stop and the token budget,
    the draft's provenance, and that the decision ran under its request's models and params.
@@ -48,7 +49,8 @@
     if (!(x >= 0 && x <= high)) throw new Bad(`${name} ${value} is outside [0, ${high}]`);
     return x;
   }
-  function token(value, name) {
+  function token(value, name) {  // null: sealed in a format-3 record and not opened
+    if (value === null) return null;
     if (!Number.isSafeInteger(value) || value < 0) throw new Bad(`${name} is not a token id`);
     return value;
   }
@@ -113,16 +115,42 @@
     for (let i = 0; i < k; i++) await checkDrafted(d, i, drafted[i], n, rule, seed, step, fail);
     await checkCorrection(d, tokens, n, rule, seed, step, fail);
     const correction = token(d.correction.token, "correction.token");
-    const emitted = untilEos([...tokens.slice(0, n), correction], eos);
-    if (JSON.stringify(d.emitted) !== JSON.stringify(emitted)) {
-      fail(`emitted ${JSON.stringify(d.emitted)}: the accepted prefix and the correction, cut after end-of-sequence, are ${JSON.stringify(emitted)}`);
-    }
+    const emitted = checkEmitted(d, [...tokens.slice(0, n), correction], eos, state, fail);
     checkStop(d.stop, emitted, eos, maxTokens, request, state, fail);
     checkSource(d, tokens, state, fail);
     checkLogprobs(d, emitted, fail);
-    if (n < k && rule === GREEDY && correction === tokens[n]) fail(`drafted[${n}] was rejected, yet the argmax that replaced it is the same`);
+    if (n < k && rule === GREEDY) {
+      if (correction === null || tokens[n] === null) state.unchecked.add("that a rejected argmax draft differs from the argmax that replaced it (a token of it is withheld)");
+      else if (correction === tokens[n]) fail(`drafted[${n}] was rejected, yet the argmax that replaced it is the same`);
+    }
     state.emitted.push(...emitted);
     state.ended = d.stop;
+  }
+
+  // The emitted tokens are the accepted prefix and the correction (kept), cut after
+  // end-of-sequence; returns what the rule emits. A sealed token (format 3, null) leaves only
+  // the count to check where it would decide the cut.
+  function checkEmitted(d, kept, eos, state, fail) {
+    const emitted = d.emitted;
+    if (!kept.includes(null)) {
+      const expected = untilEos(kept, eos);
+      if (JSON.stringify(emitted) !== JSON.stringify(expected)) {
+        fail(`emitted ${JSON.stringify(emitted)}: the accepted prefix and the correction, cut after end-of-sequence, are ${JSON.stringify(expected)}`);
+      }
+      return expected;
+    }
+    const count = emitted.length, shown = kept.slice(0, count);
+    if (!(count >= 1 && count <= kept.length)) fail(`emitted_count ${count}: the step keeps 1 to ${kept.length} tokens`);
+    else if (!shown.includes(null)) {
+      const ends = count === kept.length || (eos !== null && shown[count - 1] === eos);
+      if (untilEos(shown, eos).length !== shown.length || !ends) {
+        fail(`emitted ${JSON.stringify(shown)}: of the accepted prefix and the correction, only an end-of-sequence token cuts the rest, and none is emitted after it`);
+      }
+    } else {
+      if (count < kept.length && d.stop !== "eos") fail(`emitted_count ${count} of ${kept.length}: only end-of-sequence cuts them short`);
+      state.unchecked.add("which emitted tokens are end-of-sequence (the answer's tokens are withheld)");
+    }
+    return shown;
   }
 
   async function checkDrafted(d, i, t, n, rule, seed, step, fail) {
@@ -166,8 +194,9 @@
   function checkStop(stop, emitted, eos, maxTokens, request, state, fail) {
     const total = state.emitted.length + emitted.length;
     if (total > maxTokens) fail(`${total} tokens emitted, more than max_tokens ${maxTokens}`);
-    const expected = eos !== null && emitted.includes(eos) ? ["eos"]
-      : total >= maxTokens ? ["max_tokens", "stop"] : [null, "stop"];
+    const rest = total >= maxTokens ? ["max_tokens", "stop"] : [null, "stop"];
+    const expected = emitted.includes(null) ? [...(stop === "eos" ? ["eos"] : []), ...rest]
+      : eos !== null && emitted.includes(eos) ? ["eos"] : rest;
     if (!expected.includes(stop)) fail(`stop ${JSON.stringify(stop)}, where the tokens make it one of ${JSON.stringify(expected)}`);
     const asked = request?.params;
     if (stop === "stop" && asked && typeof asked === "object" && !(asked.stop?.length)) fail("stop 'stop', but the request has no stop strings");
@@ -212,7 +241,9 @@
     else {  // read the copy back: the draft is the context's at offset, after a true match
       const context = [...state.promptIds, ...state.emitted];
       const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
-      if (!same(context.slice(offset, offset + k), tokens)) fail(`draft_source: the context's tokens at offset ${offset} are not the draft`);
+      const needed = [...tokens, ...context.slice(Math.max(offset - length, 0), offset + k), ...context.slice(context.length - length)];
+      if (needed.includes(null)) state.unchecked.add("drafts copied from the context (tokens they copy are withheld)");
+      else if (!same(context.slice(offset, offset + k), tokens)) fail(`draft_source: the context's tokens at offset ${offset} are not the draft`);
       else if (length > context.length || !same(context.slice(offset - length, offset), context.slice(context.length - length))) {
         fail(`draft_source: the ${length} tokens before offset ${offset} do not match the context's last tokens`);
       }

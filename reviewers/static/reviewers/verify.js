@@ -448,8 +448,20 @@
     const answer = chain.payloads.find((p) => p && p.kind === "answer");
     const digests = { ...(request?.prompt?.digests ?? {}) };
     if (answer) digests["answer.text"] = answer.output_text_digest;
-    const bound = Object.keys(digests).sort(), named = Object.keys(doc).sort();
+    if (answer && answer.v >= 3) digests["answer.token_ids"] = answer.output_token_ids_digest;
+    const slots = Object.keys(doc).filter((n) => SLOT.test(n)).sort();
+    const bound = Object.keys(digests).sort(), named = Object.keys(doc).filter((n) => !SLOT.test(n)).sort();
     if (bound.join() !== named.join()) { check.fail(`disclosures.json names ${named}; the records bind ${bound}`); return; }
+    for (const name of slots) {  // format 3: each opens a slot a decision commits to
+      const e = doc[name];
+      if (!chain.committed?.has(name)) check.fail(`disclosures.json opens ${name}, which no decision commits to`);
+      else if (!e || typeof e !== "object" || Object.keys(e).sort().join() !== "salt,value") check.fail(`opening of ${name} must be {salt, value}`);
+      else if (!HEX64.test(String(e.salt))) check.fail(`opening of ${name} has a salt that is not 64 hex digits`);
+    }
+    const ids = doc["answer.token_ids"];
+    if (ids && typeof ids === "object" && "value" in ids && canonical(chain.emitted ?? []) !== canonical(ids.value)) {
+      check.fail("answer.token_ids is disclosed, but the decisions' emitted tokens, opened, are not it (each emitted token must be opened with the answer)");
+    }
     for (const [name, member] of Object.entries(TEXT_MEMBERS)) {
       if (!(name in digests) && m.get(member)?.length) check.fail(`${member} holds text that no record binds`);
     }
@@ -549,10 +561,84 @@
     } catch { return null; }
   }
 
-  async function checkDecisions(m, chain, check) {  // decision-rule.js, on every format-2 decision
+  // --- audit format 3: a decision's tokens as salted commitments (audit.evidence.sealing) -----
+
+  const SLOT = /^step\.(0|[1-9][0-9]*)\.(drafted\.(0|[1-9][0-9]*)|correction|top\.(0|[1-9][0-9]*))$/;
+  const isToken = (v) => Number.isSafeInteger(v) && v >= 0;
+  function disclosedOpenings(m) {  // slot name -> {salt, value}, as disclosures.json opens them
+    try {
+      const doc = JSON.parse(text(m.get("disclosures.json")));
+      return Object.fromEntries(Object.entries(doc).filter(([n, e]) => SLOT.test(n) && e && typeof e === "object"));
+    } catch { return {}; }
+  }
+  function slotCommitments(d) {
+    const found = {};
+    (d.drafted ?? []).forEach((e, i) => { found[`step.${d.step}.drafted.${i}`] = e?.commitment; });
+    found[`step.${d.step}.correction`] = d.correction?.commitment;
+    (d.target_top ?? []).forEach((c, j) => { found[`step.${d.step}.top.${j}`] = c; });
+    return found;
+  }
+  function shapeProblem(d) {  // sealing.shape_problem
+    for (const name of ["step", "accepted_count", "emitted_count"]) if (!isToken(d[name])) return `${name} is not a non-negative integer`;
+    if (!Array.isArray(d.drafted) || !d.drafted.every((e) => e && typeof e === "object" && !Array.isArray(e))) return "drafted is not a list of objects";
+    if (!d.correction || typeof d.correction !== "object" || Array.isArray(d.correction)) return "correction is not an object";
+    if ("emitted" in d || "emitted_text" in d) return "it carries emitted tokens in clear";
+    if ([...d.drafted, d.correction].some((e) => "token" in e || "text" in e)) return "it carries a token in clear";
+    if ("target_top" in d && !Array.isArray(d.target_top)) return "target_top is not a list of commitments";
+    return null;
+  }
+  function valueProblem(name, v) {
+    if (name.includes(".top.")) {
+      const ok = Array.isArray(v) && v.every((x) => x && typeof x === "object" && Object.keys(x).sort().join() === "logprob,token" && isToken(x.token) && typeof x.logprob === "string");
+      return ok ? null : "a top slot opens to a list of {token, logprob}";
+    }
+    const keys = v && typeof v === "object" && !Array.isArray(v) ? Object.keys(v).sort().join() : "";
+    const ok = (keys === "token" || keys === "text,token") && isToken(v.token) && (!("text" in v) || typeof v.text === "string");
+    return ok ? null : "a token slot opens to {token} or {token, text}";
+  }
+  // A format-3 decision, its opened slots checked against their commitments and put in place
+  // (a sealed token null), as sealing.open_decision; null when it cannot be opened at all.
+  async function openDecision(d, openings, committed, fail) {
+    const problem = shapeProblem(d);
+    if (problem) { fail(`decision record is not in format 3's shape (${problem})`); return null; }
+    const commitments = slotCommitments(d), values = {};
+    for (const [name, c] of Object.entries(commitments)) {
+      committed.add(name);
+      if (!(typeof c === "string" && HEX64.test(c))) fail(`${name}: the record's commitment is not a SHA-256 hex digest`);
+      const opening = openings[name];
+      if (!opening) continue;
+      const problem = valueProblem(name, opening.value);
+      if (problem) { fail(`${name}: ${problem}`); continue; }
+      let digest;
+      try { digest = hex(await sha256(utf8("PF-TOKEN-v3"), NUL, unhex(opening.salt), NUL, utf8(canonical(opening.value)))); }
+      catch { fail(`${name}: the opening's salt is not hex or its value not canonical`); continue; }
+      if (digest !== c) fail(`${name}: the opened value is not the one the record commits to`);
+      else values[name] = opening.value;
+    }
+    const tokenOf = (slot, entry) => {
+      const { commitment, ...kept } = entry, v = values[`step.${d.step}.${slot}`];
+      kept.token = v ? v.token : null;
+      if (v && "text" in v) kept.text = v.text;
+      return kept;
+    };
+    const { emitted_count: count, target_top: tops, ...clear } = d;
+    clear.drafted = d.drafted.map((e, i) => tokenOf(`drafted.${i}`, e));
+    clear.correction = tokenOf("correction", d.correction);
+    clear.emitted = [...clear.drafted.slice(0, d.accepted_count), clear.correction].slice(0, count).map((e) => e.token);
+    return clear;
+  }
+
+  async function checkDecisions(m, chain, check) {  // decision-rule.js, on every format-2 or 3 decision
     if (!chain) { check.fail("no readable records to re-check (see the records check)"); return; }
     const request = chain.payloads.find((p) => p && p.kind === "request") ?? null;
-    const decisions = chain.payloads.filter((p) => p && p.kind === "decision");
+    const decisions = [], openings = disclosedOpenings(m);
+    chain.committed = new Set();
+    for (const p of chain.payloads.filter((p) => p && p.kind === "decision")) {
+      if (!(p.v >= 3)) { decisions.push(p); continue; }
+      const opened = await openDecision(p, openings, chain.committed, (reason) => check.fail(`step ${p.step}: ${reason}`));
+      if (opened) decisions.push(opened);
+    }
+    chain.emitted = decisions.flatMap((d) => Array.isArray(d.emitted) ? d.emitted : []);
     const { failures, unchecked } = await globalThis.PathfinderDecisionRule.review(request, decisions, disclosedTokenIds(m));
     for (const { step, reason } of failures) check.fail(`step ${step}: ${reason}`);
     if (check.ok) check.detail = `${decisions.length} decisions re-checked: draws, ratios, accept tests, corrections, emitted tokens, stops, the token budget and copied drafts follow from the records` + unchecked.map((why) => `; not re-checked: ${why}`).join("");

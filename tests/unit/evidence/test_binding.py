@@ -1,9 +1,9 @@
-"""audit.evidence.binding: the record format of v2 trails and the job-row check, probed with records
-that are well hashed but say the wrong thing (the chain alone would pass them)."""
+"""audit.evidence.binding: the record format of v3 (and v2) trails and the job-row check, probed
+with records that are well hashed but say the wrong thing (the chain alone would pass them)."""
 
 import pytest
 
-from audit.evidence import binding
+from audit.evidence import binding, sealing
 from audit.evidence.chain import canonical_json
 
 SALT = "ab" * 32
@@ -40,7 +40,7 @@ def decision(step: int, emitted, stop=None, before=0, **over) -> dict:
     drafted = [{"token": t, "q": "1.0", "p": "0.5", "ratio": None, "u": None, "accepted": True}
                for t in emitted[:-1]]  # fmt: skip
     correction = {"token": emitted[-1], "kind": "argmax-bonus", "u": None, "p": "0.5"}
-    payload = {"v": 2, "kind": "decision", "request_id": JOB, "step": step, "params": PARAMS,
+    payload = {"v": 3, "kind": "decision", "request_id": JOB, "step": step, "params": PARAMS,
                "rule": "greedy-argmax", "draft": {}, "target": {}, "context_length": 3 + before,
                "draft_length": len(drafted), "drafted": drafted, "accepted_count": len(drafted),
                "correction": correction, "emitted": emitted, "stop": stop}  # fmt: skip
@@ -53,10 +53,16 @@ def answer(tokens=(1, 2, 3), text="Seven.", stop="max_tokens", steps=2) -> dict:
     )
 
 
-def walk(payloads, outcome="succeeded", version=2) -> binding.Contents:
-    contents = binding.Contents("t", version)
+def walk(payloads, outcome="succeeded", version=3) -> binding.Contents:
+    """The walk verify_chain makes: a v3 decision (given clear) is stored sealed, its slots'
+    values beside it."""
+    contents = binding.Contents("t", version, trail_salt=SALT)
     for seq, payload in enumerate(payloads):
-        contents.observe(seq, payload)
+        if version >= 3 and binding.kind_of(payload) == binding.DECISION and seq > 0:
+            sealed, values = sealing.seal_decision(payload, SALT)
+            contents.observe(seq, sealed, stored_values=values)
+        else:
+            contents.observe(seq, payload)
     contents.finish(sealed_outcome=outcome)
     return contents
 
@@ -77,21 +83,59 @@ def test_a_well_formed_trail_has_no_failures():
 @pytest.mark.parametrize(
     ("payloads", "expected"),
     [
-        ([decision(0, [1])], "seq 0 of a v2 trail must be the request record"),
+        ([decision(0, [1])], "seq 0 of a v3 trail must be the request record"),
         ([request(), decision(1, [1])], "decision record at seq 1 says step 1"),
         ([request(), decision(0, [1], request_id="other-job")], "names another job"),
         ([request(), decision(0, [1], params={**PARAMS, "seed": 2})], "differ from the request's"),
-        ([*GOOD[:3], answer(tokens=(1, 2, 9))], "not the decisions' emitted tokens"),
+        ([*GOOD[:3], answer(tokens=(1, 2))], "output_token_count is not the decisions' emitted"),
         ([*GOOD[:3], answer(steps=3)], "answer says 3 steps; 2 recorded"),
         ([*GOOD[:3], answer(stop="eos")], "stop_reason 'eos' is not the last decision's"),
         ([*GOOD, decision(2, [4])], "a record follows the answer record"),
         (GOOD[:3], "trail sealed succeeded has no answer record"),
         ([request(), request()], "unexpected 'request' record"),
-        ([{**GOOD[0], "v": 1}, *GOOD[1:]], "record version 1 in a v2 trail"),
+        ([{**GOOD[0], "v": 1}, *GOOD[1:]], "record version 1 in a v3 trail"),
     ],
 )
 def test_a_trail_that_says_the_wrong_thing_is_named(payloads, expected):
     assert any(expected in reason for reason in reasons(walk(payloads))), reasons(walk(payloads))
+
+
+def v2(payload: dict) -> dict:
+    """A record as format 2 wrote it: tokens in clear, the answer's ids too."""
+    if binding.kind_of(payload) != binding.ANSWER:
+        return {**payload, "v": 2}
+    ids = [1, 2, 3][: payload["output_token_count"]]
+    kept = {k: v for k, v in payload.items() if not k.startswith("output_token")}
+    return {**kept, "v": 2, "output_token_ids": ids}
+
+
+def test_a_v2_trail_still_walks_and_its_clear_answer_ids_are_checked():
+    assert walk([v2(p) for p in GOOD], version=2).failures == []
+    wrong = [*map(v2, GOOD[:3]), {**v2(answer()), "output_token_ids": [1, 2, 9]}]
+    assert "answer's output_token_ids are not the decisions' emitted tokens" in reasons(
+        walk(wrong, version=2)
+    )
+
+
+def test_a_v3_job_row_whose_tokens_are_not_the_emitted_ones_is_named():
+    """The answer record binds the ids by digest; the walk's opened tokens must be them too."""
+    forged = binding.Answer((1, 2, 9), "Seven.", "max_tokens")
+    trail = walk([*GOOD[:3], answer(tokens=(1, 2, 9))])
+    assert trail.failures == []  # the records alone cannot tell: the count is right
+    named = [f.reason for f in binding.claim_failures(claim(answer=forged), trail, SALT)]
+    assert any("not the tokens the trail's decisions emitted" in r for r in named), named
+
+
+def test_stored_values_that_do_not_open_their_commitments_are_named():
+    sealed, values = sealing.seal_decision(GOOD[1], SALT)
+    contents = binding.Contents("t", 3, trail_salt=SALT)
+    contents.observe(0, GOOD[0])
+    contents.observe(1, sealed, stored_values={**values, "step.0.correction": {"token": 9}})
+    assert any("not the one the record commits to" in r for r in reasons(contents))
+    missing = binding.Contents("t", 3, trail_salt=SALT)
+    missing.observe(0, GOOD[0])
+    missing.observe(1, sealed, stored_values={})
+    assert "the values stored beside the record are not its slots'" in reasons(missing)
 
 
 def test_a_failed_trail_needs_no_answer_and_a_cancelled_one_ends_on_cancelled():

@@ -23,6 +23,7 @@ from audit.evidence import (
     checkpoints,
     merkle,
     offline_verify,
+    sealing,
 )
 from audit.evidence.offline_verify import MEMBER_NAMES, check_bundle, verify_bundle
 from decoding.engine.rng import uniform
@@ -77,6 +78,19 @@ def request_payload() -> str:
 
 
 def decision_payload(step: int) -> str:
+    """Step `step`'s decision as format 3 records it: its tokens sealed (clear_decision)."""
+    return chain.canonical_json(sealing.seal_decision(clear_decision(step), SALT)[0])
+
+
+def slot_values() -> dict:
+    """Every token slot of the trail's two decisions, by slot name: what the service keeps."""
+    return {
+        **sealing.seal_decision(clear_decision(0), SALT)[1],
+        **sealing.seal_decision(clear_decision(1), SALT)[1],
+    }
+
+
+def clear_decision(step: int) -> dict:
     """An honest sampled decision: its draws are the engine's RNG's, its accept tests hold.
     Step 0 accepts token 11 and rejects 12 (resampling 3); step 1 accepts 12 and adds bonus 3."""
     first = step == 0
@@ -97,38 +111,39 @@ def decision_payload(step: int) -> str:
             }  # fmt: skip
         )
     kind = "residual" if first else "bonus"
-    return chain.canonical_json(
-        {
-            "v": 2,
-            "kind": "decision",
-            "request_id": JOB,
-            "step": step,
-            "rule": "speculative-sampling",
-            "draft": {**MODEL, "sha256": "a" * 64},
-            "target": {**MODEL, "sha256": "b" * 64},
-            "params": PARAMS,
-            "context_length": 5 + 2 * step,
-            "draft_length": len(drafted),
-            "drafted": drafted,
-            "accepted_count": 1,
-            "correction": {
-                "token": 3,
-                "text": "c",
-                "kind": kind,
-                "u": decimal(uniform(7, step, 1, kind)),
-                "p": "0.2",
-            },
-            "emitted": [drafted[0]["token"], 3],
-            "emitted_text": ["é", "c"],
-            "stop": "max_tokens" if step == 1 else None,
-            "rationale": "Accepted the first drafted token; resampled the second.",
-            "timings_us": {"draft": 10, "verify": 20},
-        }
-    )
+    return {
+        "v": 3,
+        "kind": "decision",
+        "request_id": JOB,
+        "step": step,
+        "rule": "speculative-sampling",
+        "draft": {**MODEL, "sha256": "a" * 64},
+        "target": {**MODEL, "sha256": "b" * 64},
+        "params": PARAMS,
+        "context_length": 5 + 2 * step,
+        "draft_length": len(drafted),
+        "drafted": drafted,
+        "accepted_count": 1,
+        "correction": {
+            "token": 3,
+            "text": "c",
+            "kind": kind,
+            "u": decimal(uniform(7, step, 1, kind)),
+            "p": "0.2",
+        },
+        "emitted": [drafted[0]["token"], 3],
+        "emitted_text": ["é", "c"],
+        "stop": "max_tokens" if step == 1 else None,
+        "rationale": "Accepted the first drafted token; resampled the second.",
+        "timings_us": {"draft": 10, "verify": 20},
+    }
+
+
+ANSWER_IDS = (11, 3, 12, 3)
 
 
 def answer_payload(text: str = ANSWER_TEXT) -> str:
-    answer = binding.Answer(token_ids=(11, 3, 12, 3), text=text, stop_reason="max_tokens")
+    answer = binding.Answer(token_ids=ANSWER_IDS, text=text, stop_reason="max_tokens")
     return chain.canonical_json(binding.answer_payload(trail_salt=SALT, answer=answer, steps=2))
 
 
@@ -142,15 +157,20 @@ def chained(trail_id: str, payloads: list[str]) -> list[tuple[int, str, str, str
 
 
 def make_trail(trail_id: str) -> list[tuple[int, str, str, str]]:
-    """A format-v2 trail: the request, two decisions, the answer."""
+    """A format-v3 trail: the request, two decisions, the answer."""
     return chained(
         trail_id, [request_payload(), decision_payload(0), decision_payload(1), answer_payload()]
     )
 
 
 def disclosed(withheld: tuple[str, ...] = ()) -> bundle.Texts:
-    """The bundle's texts, as audit.export discloses them: each field with its own salt."""
-    texts = {**QUESTION.texts(), binding.ANSWER_TEXT: ANSWER_TEXT}
+    """The bundle's texts, as audit.export discloses them: each field with its own salt, and
+    the token slots the texts it discloses allow (all of them when it withholds nothing)."""
+    texts = {
+        **QUESTION.texts(),
+        binding.ANSWER_TEXT: ANSWER_TEXT,
+        binding.ANSWER_TOKEN_IDS: chain.canonical_json(list(ANSWER_IDS)),
+    }
     disclosures = {}
     for name, text in texts.items():
         if name in withheld:
@@ -159,12 +179,16 @@ def disclosed(withheld: tuple[str, ...] = ()) -> bundle.Texts:
         disclosures[name] = {"salt": binding.field_salt(SALT, name)}
         if name not in (binding.RENDERED, binding.ANSWER_TEXT):
             disclosures[name]["value"] = json.loads(text)
+    emitted = {"step.0.drafted.0", "step.0.correction", "step.1.drafted.0", "step.1.correction"}
+    for name, value in slot_values().items():
+        if not withheld or (name in emitted and binding.ANSWER_TEXT not in withheld):
+            disclosures[name] = {"salt": sealing.slot_salt(SALT, name), "value": value}
     prompt = "" if binding.RENDERED in withheld else QUESTION.rendered
     answer = "" if binding.ANSWER_TEXT in withheld else ANSWER_TEXT
     return bundle.Texts(disclosures, prompt, answer)
 
 
-def leaf_for(trail_id: str, records, outcome: str = "succeeded", format_version: int = 2) -> str:
+def leaf_for(trail_id: str, records, outcome: str = "succeeded", format_version: int = 3) -> str:
     head = records[-1][2] if records else chain.genesis_hash(trail_id)
     return chain.ledger_payload(
         format_version=format_version,
@@ -205,7 +229,7 @@ def build(
     checkpoint_size=None,
     leaf_payload=None,
     outcome="succeeded",
-    format_version=2,
+    format_version=3,
     **over,
 ):
     """A realistic bundle: a 4-record trail sealed as entry 4 of a 7-entry ledger.
@@ -231,7 +255,7 @@ def build(
         tree_size=len(leaves),
         checkpoint_note=note,
         verifier_key=verifier,
-        texts=disclosed() if format_version == 2 else bundle.NO_TEXTS,
+        texts=disclosed() if format_version >= 2 else bundle.NO_TEXTS,
         # What the first record names, as the exporter derives them (audit.export.described).
         **dict(zip(("models", "params"), first_named(records), strict=True)),
     )
@@ -347,10 +371,13 @@ def test_the_members_hold_what_the_format_says(key):
     chain_doc = json.loads(members["chain.json"])
     assert chain_doc["genesis_hash"] == chain.genesis_hash(TRAIL)
     assert chain_doc["head_hash"] == records[-1][2] and chain_doc["record_count"] == 4
-    assert chain_doc["format_version"] == 2
+    assert chain_doc["format_version"] == 3
     assert members["prompt.txt"] == QUESTION.rendered.encode()
     assert members["answer.txt"] == ANSWER_TEXT.encode()
-    assert set(json.loads(members["disclosures.json"])) == set(binding.BOUND_FIELDS)
+    disclosures = json.loads(members["disclosures.json"])
+    bound = {name for name in disclosures if not sealing.is_slot_name(name)}
+    assert bound == {*QUESTION.texts(), binding.ANSWER_TEXT, binding.ANSWER_TOKEN_IDS}
+    assert set(disclosures) - bound == set(slot_values())  # nothing withheld: every slot opened
     manifest = members["manifest.json"]
     assert manifest == chain.canonical_json(json.loads(manifest)).encode()
     files = json.loads(manifest)["files"]
@@ -476,7 +503,7 @@ def test_a_service_that_signs_a_broken_decision_is_caught(key):
 
 def test_a_non_canonical_payload_is_caught_even_when_its_hashes_match(key):
     records = make_trail(TRAIL)
-    spaced = records[1][3].replace('"v":2', '"v": 2')
+    spaced = records[1][3].replace('"v":3', '"v": 3')
     data = build(key, records=chained(TRAIL, [records[0][3], spaced, *(r[3] for r in records[2:])]))
     assert "records and chain" in failed_checks(data)
     assert any("canonical" in f for f in verify_bundle(data))
@@ -517,7 +544,12 @@ def test_a_forged_answer_txt_on_a_trail_with_no_answer_record_is_refused(key):
     """A failed trail binds the question but no answer: answer.txt must stay empty, or the
     verifier would print text no record vouches for as "the output text as served"."""
     failed = chained(TRAIL, [request_payload(), decision_payload(0)])
-    prompt_only = {n: e for n, e in disclosed().disclosures.items() if n != binding.ANSWER_TEXT}
+    answered = (binding.ANSWER_TEXT, binding.ANSWER_TOKEN_IDS)
+    prompt_only = {
+        n: e
+        for n, e in disclosed().disclosures.items()
+        if n not in answered and not n.startswith("step.1.")  # the trail has step 0 alone
+    }
     honest = build(
         key, records=failed, outcome="failed", texts=bundle.Texts(prompt_only, QUESTION.rendered)
     )
@@ -554,9 +586,8 @@ def test_a_leaf_that_seals_another_job_is_refused(key):
 
 
 def test_a_v1_trail_still_verifies_and_binds_no_texts(key):
-    v1 = chained(
-        TRAIL, [decision_payload(0).replace('"kind":"decision",', "").replace('"v":2', '"v":1')]
-    )
+    decision = {k: v for k, v in clear_decision(0).items() if k != "kind"}
+    v1 = chained(TRAIL, [chain.canonical_json({**decision, "v": 1})])
     data = build(key, records=v1, format_version=1)
     assert verify_bundle(data, keys=[key[1]]) == []
     detail = next(c.detail for c in check_bundle(data) if c.name == "question and answer")
