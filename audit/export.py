@@ -159,7 +159,9 @@ def texts_of(trail: Trail, records, withhold: Collection[str]) -> bundle.Texts:
 
     if trail.format_version >= sealing.SEALED_SINCE:
         answered = "salt" in disclosures.get(binding.ANSWER_TEXT, {})
-        disclosures.update(_slot_openings(trail, answered=answered, everything=not withhold))
+        # Asked to, or not held (a trail no job row points at any more): withheld either way.
+        everything = all("salt" in entry for entry in disclosures.values())
+        disclosures.update(_slot_openings(trail, answered=answered, everything=everything))
 
     def member(name: str) -> str:
         return held[name] if "salt" in disclosures.get(name, {}) else ""

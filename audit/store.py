@@ -47,17 +47,23 @@ def trail_open(*, job_id: uuid.UUID, attempt: int, previous_id: uuid.UUID | None
     )
 
 
+def sealed_decision(clear: dict, trail_salt: str) -> tuple[str, str]:
+    """A clear decision payload as a format-3 trail stores it: (the canonical JSON that is
+    hashed, its slots' values as canonical JSON for the row's `openings`)."""
+    sealed, values = sealing.seal_decision(clear, trail_salt)
+    return chain.canonical_json(sealed), chain.canonical_json(values)
+
+
 def trail_append(*, trail_id: uuid.UUID, payload: dict) -> DecisionRecord:
     """Append one record (of the kind its payload names) and commit it before returning. A
-    decision is given clear; a format-3 trail stores it sealed (audit.evidence.sealing)."""
-    kind, openings = binding.kind_of(payload), None
+    decision is given clear; a format-3 trail stores it sealed (sealed_decision)."""
+    kind, text, openings = binding.kind_of(payload), chain.canonical_json(payload), None
     if kind == binding.DECISION:
         trail = Trail.objects.only("format_version", "salt").get(pk=trail_id)
         if trail.format_version >= sealing.SEALED_SINCE:
-            payload, values = sealing.seal_decision(payload, trail.salt)
-            openings = [chain.canonical_json(values)]
-    texts = [chain.canonical_json(payload)]
-    return trail_append_many(trail_id=trail_id, texts=texts, kind=kind, openings=openings)[-1]
+            text, values = sealed_decision(payload, trail.salt)
+            openings = [values]
+    return trail_append_many(trail_id=trail_id, texts=[text], kind=kind, openings=openings)[-1]
 
 
 def trail_append_many(

@@ -80,9 +80,10 @@ def _reviewer(matter):
 
 
 def _write_batch(template, count: int) -> None:
-    from audit.evidence import binding, chain, sealing
+    from audit.evidence import binding, chain
     from audit.models import DecisionRecord, LedgerEntry, Trail
     from audit.selectors import trail_clear_decisions
+    from audit.store import sealed_decision
     from decoding.models import GenerationJob
 
     decisions = trail_clear_decisions(trail_id=template.trail_id)
@@ -118,11 +119,9 @@ def _write_batch(template, count: int) -> None:
         ]
         prev = trail.genesis_hash
         for seq, payload in enumerate(payloads):
-            openings = ""
+            text, openings = chain.canonical_json(payload), ""
             if binding.kind_of(payload) == binding.DECISION:
-                payload, values = sealing.seal_decision(payload, trail.salt)
-                openings = chain.canonical_json(values)
-            text = chain.canonical_json(payload)
+                text, openings = sealed_decision(payload, trail.salt)
             record_hash = chain.record_hash(str(trail.id), seq, prev, text)
             records.append(
                 DecisionRecord(

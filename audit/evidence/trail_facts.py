@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from audit.evidence import binding
+from audit.evidence import binding, sealing
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class TrailFacts:
 
     @classmethod
     def of(cls, listed: dict, payloads: list[dict], texts: Texts, head_hash: str) -> TrailFacts:
-        decisions = [p for p in payloads if binding.kind_of(p) == binding.DECISION]
+        decisions = [_structure(p) for p in payloads if binding.kind_of(p) == binding.DECISION]
         request = next((p for p in payloads if binding.kind_of(p) == binding.REQUEST), None)
         first = decisions[0] if decisions else {}
         models = (request or {}).get("models") or {
@@ -70,7 +70,10 @@ class TrailFacts:
         answer = texts.answer if "salt" in disclosed.get(binding.ANSWER_TEXT, {}) else None
         answered = next((p for p in payloads if binding.kind_of(p) == binding.ANSWER), None)
         if answer == "" and answered is not None:  # a model without a tokenizer: ids only
-            answer = "token ids: " + " ".join(map(str, answered.get("output_token_ids") or []))
+            ids = answered.get("output_token_ids") or (  # v3: bound, disclosed with the answer
+                disclosed.get(binding.ANSWER_TOKEN_IDS, {}).get("value") or []
+            )
+            answer = "token ids: " + " ".join(map(str, ids))
         return cls(
             trail_id=listed["trail_id"],
             job_id=listed["job_id"],
@@ -91,3 +94,11 @@ class TrailFacts:
             rules=sorted({d.get("rule", "") for d in decisions}),
             stop=decisions[-1].get("stop") if decisions else None,
         )
+
+
+def _structure(decision: dict) -> dict:
+    """A decision as the report counts it: a format-3 one read with every slot sealed (which
+    tokens were emitted, and how, follows from its counts, not from the tokens)."""
+    if decision.get("v", 0) >= sealing.SEALED_SINCE and sealing.shape_problem(decision) is None:
+        return sealing.open_decision(decision, {})
+    return decision

@@ -18,9 +18,7 @@ from collections.abc import Callable, Iterator
 from django.conf import settings
 from django.db import connection
 
-from audit.evidence.chain import canonical_json
-from audit.evidence.sealing import seal_decision
-from audit.store import trail_extend
+from audit.store import sealed_decision, trail_extend
 from decoding.engine import AuditSink, AuditUnavailable, StepRecord
 from decoding.metrics import AUDIT_COMMIT_SECONDS
 
@@ -53,9 +51,9 @@ class TrailSink(AuditSink):
         self._openings: list[str] = []
 
     def record(self, record: StepRecord) -> None:
-        sealed, values = seal_decision(record.payload(), self._salt)
-        self._pending.append(canonical_json(sealed))
-        self._openings.append(canonical_json(values))
+        text, values = sealed_decision(record.payload(), self._salt)
+        self._pending.append(text)
+        self._openings.append(values)
         if len(self._pending) >= self._batch_steps:
             self.flush()
 

@@ -64,13 +64,7 @@ def _abandoned_records() -> list[tuple[int, str, str, str]]:
         },
         {**v2._decision(0, [50, 51], None, prompt_tokens=3), "request_id": ABANDONED_JOB},
     ]
-    records, prev = [], chain.genesis_hash(ABANDONED_TRAIL)
-    for seq, payload in enumerate(payloads):
-        text = chain.canonical_json(payload)
-        digest = chain.record_hash(ABANDONED_TRAIL, seq, prev, text)
-        records.append((seq, prev, digest, text))
-        prev = digest
-    return records, question
+    return v2.chained(ABANDONED_TRAIL, payloads), question
 
 
 def log_leaves() -> tuple[list[str], list[bytes]]:

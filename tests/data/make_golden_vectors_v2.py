@@ -112,14 +112,20 @@ def payloads() -> list[dict]:
     ]
 
 
-def _records() -> list[tuple[int, str, str, str]]:
-    records, prev = [], chain.genesis_hash(TRAIL_ID)
-    for seq, payload in enumerate(payloads()):
+def chained(trail_id: str, stored: list[dict]) -> list[tuple[int, str, str, str]]:
+    """(seq, prev_hash, record_hash, canonical payload) of each stored payload, chained from
+    the trail's genesis: the golden generators' records."""
+    records, prev = [], chain.genesis_hash(trail_id)
+    for seq, payload in enumerate(stored):
         text = chain.canonical_json(payload)
-        digest = chain.record_hash(TRAIL_ID, seq, prev, text)
+        digest = chain.record_hash(trail_id, seq, prev, text)
         records.append((seq, prev, digest, text))
         prev = digest
     return records
+
+
+def _records() -> list[tuple[int, str, str, str]]:
+    return chained(TRAIL_ID, payloads())
 
 
 def _leaves(records) -> list[str]:
