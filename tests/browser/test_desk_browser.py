@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from audit.evidence import sealing
 from audit.evidence.bundle_format import deterministic_zip, manifest_member, matter_member_names
 from audit.evidence.decision_rule import DecisionRule
 from audit.evidence.offline_verify import check_bundle
@@ -323,6 +324,11 @@ def test_the_page_verifier_agrees_with_offline_verify_on_every_bundle(
             [golden_log],
             [golden_witness],
         ),
+        "golden trail in audit format 3, the prompt withheld": (
+            (DATA / "sample-bundle-v3.zip").read_bytes(),
+            [json.loads((DATA / "audit_golden_vectors_v3.json").read_text())["log_verifier"]],
+            [],
+        ),
         "golden matter": (
             (DATA / "sample-matter.zip").read_bytes(),
             [golden_log],
@@ -512,6 +518,19 @@ def test_the_page_re_checks_every_decision_as_offline_verify_does(page: Page, po
     rule = DecisionRule(request, prompt_ids=ids)
     python = [r for x in lied for r in rule.check(x)]
     assert python and len(in_page_rule(page, request, lied, ids)) == len(python)
+    # Format 3 with nothing opened (both texts withheld): the numbers alone, and the same lies.
+    request, decisions = honest_trail("model", 1.0)
+    sealed = [sealing.open_decision(sealing.seal_decision(d, "ab" * 32)[0], {}) for d in decisions]
+    assert in_page_rule(page, request, sealed) == [] and failures(request, sealed) == []
+    for lie, edit in LIES.items():
+        lied = json.loads(json.dumps(decisions))
+        edit(lied)
+        try:
+            lied = [sealing.open_decision(sealing.seal_decision(d, "ab" * 32)[0], {}) for d in lied]
+        except (KeyError, TypeError, IndexError):
+            continue  # a lie about the tokens' shape: not a format-3 record at all
+        python, js = failures(request, lied), in_page_rule(page, request, lied)
+        assert len(js) == len(python), (lie, python, js)
     # Python's repr of a float, which the records use, for the numbers that trip formatters.
     for x in (1.0, 0.1, 1e-05, 0.0001, 1e16, 1.5e-07, 123456789.125, 2.5e-323, 0.30000000000000004):
         assert page.evaluate("x => window.PathfinderDecisionRule.numberText(x)", x) == repr(x)
