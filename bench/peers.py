@@ -124,10 +124,15 @@ class HFAssisted:
 
 
 class NullSink(AuditSink):
-    """The audit switched off: commits nothing, costs nothing."""
+    """The audit switched off: commits nothing, costs nothing (keeps the records in `kept`
+    when given one, for a bench that looks at them afterwards)."""
+
+    def __init__(self, kept: list | None = None) -> None:
+        self._kept = kept
 
     def record(self, record) -> None:
-        pass
+        if self._kept is not None:
+            self._kept.append(record)
 
 
 class Pathfinder:
@@ -167,7 +172,7 @@ class Pathfinder:
 
     def run(self, prompt: list[int], max_tokens: int, *, audit: bool = True,
             stream: bool = False, stream_interval_ms: int | None = None,
-            remember: bool = False, **_) -> dict:  # fmt: skip
+            remember: bool = False, kept: list | None = None, **_) -> dict:  # fmt: skip
         import numpy as np
 
         from audit.store import trail_open, trail_seal
@@ -193,7 +198,7 @@ class Pathfinder:
             sinks = sink_for(trail.id, head=(0, trail.head_hash), salt=trail.salt,
                              committed=committed, interval_ms=stream_interval_ms)  # fmt: skip
         else:
-            sinks = contextlib.nullcontext(NullSink())
+            sinks = contextlib.nullcontext(NullSink(kept))
         with sinks as sink:
             decoder = SpeculativeDecoder(self.drafter, self.target, sink,
                                          tokenizer=self.target.tokenizer)  # fmt: skip
