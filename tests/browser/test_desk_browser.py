@@ -449,6 +449,63 @@ def test_the_page_verifier_fails_crafted_bundles_and_never_hangs(
         page.reload()
 
 
+def crafted_openings(data: bytes) -> dict[str, bytes]:
+    """Format-3 openings built to break a parser or to pass a guess (written before the page's
+    format-3 code ran on them): each must fail both verifiers, the page with a verdict."""
+
+    def opened(change):
+        def edit(m):
+            doc = json.loads(m["disclosures.json"])
+            change(doc)
+            text = json.dumps(doc, sort_keys=True, indent=2) + "\n"
+            # Too deep for json.dumps: spelled out in place of its placeholder.
+            m["disclosures.json"] = text.replace('"DEEP"', "[" * 5_000 + "]" * 5_000).encode()
+
+        return repacked(data, edit)
+
+    def deep(doc):
+        doc["step.0.drafted.1"] = {"salt": "00" * 32, "value": "DEEP"}
+
+    return {
+        "an opening that is a string": opened(lambda d: d.update({"step.0.correction": "41"})),
+        "an opening whose value is null": opened(
+            lambda d: d["step.0.correction"].update({"value": None})
+        ),
+        "an opening of a slot no decision has": opened(
+            lambda d: d.update({"step.7.correction": d["step.0.correction"]})
+        ),
+        "an opening nested 5,000 deep": opened(deep),
+        "20,000 openings of slots that do not exist": opened(
+            lambda d: d.update(
+                {
+                    f"step.{i}.drafted.0": {"salt": "00" * 32, "value": {"token": i}}
+                    for i in range(2, 20_002)
+                }  # fmt: skip
+            )
+        ),
+        "a guessed opening of the sealed draft": opened(
+            lambda d: d.update(
+                {"step.0.drafted.1": {"salt": "00" * 32, "value": {"token": 1729, "text": " void"}}}
+            )
+        ),
+    }
+
+
+def test_the_page_verifier_fails_crafted_format_3_openings_as_offline_verify_does(
+    page: Page, portal: Portal
+):
+    log_in(page, portal.alice)
+    page.goto("/portal/verify")
+    expect(page.locator("form#verify-form")).to_be_visible()
+    sample = (DATA / "sample-bundle-v3.zip").read_bytes()
+    key = json.loads((DATA / "audit_golden_vectors_v3.json").read_text())["log_verifier"]
+    assert agree(page, sample, [key])[0]
+    for name, copy in crafted_openings(sample).items():
+        ok, js = agree(page, copy, [key])
+        assert not ok, name
+        assert any(not c["ok"] for c in js["checks"]), (name, js)
+
+
 def test_a_reviewer_verifies_a_download_in_the_page(
     page: Page, portal: Portal, tmp_path, screenshot_dir
 ):

@@ -115,12 +115,31 @@ def test_commits_come_at_most_once_per_interval_but_a_flush_does_not_wait_for_it
     assert inner.flushes <= 2 and told[-1] == result.steps  # the first steps, then the rest
 
 
+class AfterFirstCommit(AuditSink):
+    """Hands records on, but holds step `step` until `inner` has committed once: the steps
+    after it go into a later commit however fast the decoder is (the stub can decode 400
+    tokens before the sink's thread first wakes, which left one commit and nothing to fail)."""
+
+    def __init__(self, sink: AuditSink, inner: SlowSink, step: int = 10):
+        self._sink, self._inner, self._step = sink, inner, step
+
+    def record(self, record):
+        if record.step == self._step:
+            deadline = time.monotonic() + 10
+            while self._inner.flushes < 1 and time.monotonic() < deadline:
+                time.sleep(0.001)
+        self._sink.record(record)
+
+    def flush(self):
+        self._sink.flush()
+
+
 def test_a_commit_that_fails_ends_the_stream_and_nothing_more_is_committed():
     inner, told = SlowSink(fail_on=2), []
     sink = BackgroundTrailSink(inner, lambda: told.append(len(inner.committed)), interval_s=0)
     with pytest.raises(AuditUnavailable) as failure:
         try:
-            decode(sink, max_tokens=400)
+            decode(AfterFirstCommit(sink, inner), max_tokens=400)
         finally:
             sink.close()
     assert isinstance(failure.value.__cause__, OSError)
