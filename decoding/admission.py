@@ -12,7 +12,7 @@ import statistics
 
 from django.conf import settings
 
-from decoding.models import ApiKey, GenerationJob, Matter, Replay
+from decoding.models import ApiKey, BatchLine, GenerationJob, Matter, Replay
 
 RETRY_AFTER_DEFAULT_S = 5
 
@@ -31,7 +31,7 @@ def admit(*, matter: Matter, api_key: ApiKey | None, caller_waits: bool) -> None
     would exceed a cap. Call it inside the transaction that creates the job: it locks the rows
     whose jobs it counts, so two concurrent requests cannot both take the last slot."""
     Matter.objects.select_for_update().filter(pk=matter.pk).first()
-    queued = GenerationJob.objects.filter(matter=matter, status=GenerationJob.Status.QUEUED)
+    queued = interactive_jobs().filter(matter=matter, status=GenerationJob.Status.QUEUED)
     cap = settings.PATHFINDER_MATTER_MAX_QUEUED
     if queued.count() >= cap:
         raise OverCapacity(
@@ -75,27 +75,38 @@ def admit_replay(*, user) -> None:
 
 
 def queue_priority(job: GenerationJob) -> int:
-    """The job's place in the queue: how many other jobs of its matter are queued or running
-    (fewer go first), so a matter with a backlog cannot hold back another's first job by more
-    than about one job."""
+    """The job's place in the queue: how many other interactive jobs of its matter are queued or
+    running (fewer go first), so a matter with a backlog cannot hold back another's first job by
+    more than about one job. A batch line takes the last place, below every interactive job."""
+    lowest = settings.PATHFINDER_QUEUE_PRIORITIES - 1  # Redis: 0 goes first
+    if BatchLine.objects.filter(job_id=job.pk).exists():
+        return lowest
     in_flight = (
-        GenerationJob.objects.filter(matter_id=job.matter_id)
+        interactive_jobs()
+        .filter(matter_id=job.matter_id)
         .exclude(status__in=GenerationJob.FINISHED)
         .exclude(pk=job.pk)
         .count()
     )
-    return min(in_flight, settings.PATHFINDER_QUEUE_PRIORITIES - 1)  # Redis: 0 goes first
+    return min(in_flight, lowest - 1)
 
 
 def others_waiting(matter_id) -> bool:
-    """Whether another matter has a job queued: then a matter holding every other sequence
-    slot of a worker may not take its last (decoding.worker.runtime.matter_slot), so a backlog
-    cannot hold a whole batch while another matter waits."""
+    """Whether another matter has an interactive job queued: then a matter holding every other
+    sequence slot of a worker may not take its last (decoding.worker.runtime.matter_slot), so a
+    backlog cannot hold a whole batch while another matter waits."""
     return (
-        GenerationJob.objects.filter(status=GenerationJob.Status.QUEUED)
+        interactive_jobs()
+        .filter(status=GenerationJob.Status.QUEUED)
         .exclude(matter_id=matter_id)
         .exists()
     )
+
+
+def interactive_jobs():
+    """Jobs that are not a batch's lines (those meet PATHFINDER_BATCH_MAX_QUEUED instead, in
+    decoding.batches, and are sent only while none of these is queued)."""
+    return GenerationJob.objects.filter(batch_line__isnull=True)
 
 
 def _retry_after(jobs) -> int:

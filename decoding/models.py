@@ -298,3 +298,127 @@ class Replay(models.Model):
 
     def __str__(self) -> str:
         return f"replay of job {self.job_id} ({self.status})"
+
+
+def _file_id() -> str:
+    return f"file-{uuid.uuid4().hex}"
+
+
+def _batch_id() -> str:
+    return f"batch_{uuid.uuid4().hex}"
+
+
+class BatchFile(models.Model):
+    """A file of OpenAI's Files API: an uploaded batch input (JSONL), or a batch's output or
+    error file, written once when its batch ends. Kept whole in the database, as the trails are:
+    an input is evidence of what was asked."""
+
+    class Purpose(models.TextChoices):
+        BATCH = "batch"
+        BATCH_OUTPUT = "batch_output"
+
+    id = models.CharField(primary_key=True, max_length=40, default=_file_id, editable=False)
+    matter = models.ForeignKey(Matter, on_delete=models.PROTECT, related_name="batch_files")
+    api_key = models.ForeignKey(
+        ApiKey, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    purpose = models.CharField(max_length=16, choices=Purpose.choices)
+    filename = models.CharField(max_length=255)
+    content = models.BinaryField()
+    bytes = models.PositiveBigIntegerField()
+    line_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "batch file"
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.filename})"
+
+
+class Batch(models.Model):
+    """A batch of OpenAI's Batch API: each line of its input file becomes an ordinary job with its
+    own trail (BatchLine), fed to the workers below every interactive call (decoding.batches)."""
+
+    class Status(models.TextChoices):
+        VALIDATING = "validating"
+        FAILED = "failed"
+        IN_PROGRESS = "in_progress"
+        FINALIZING = "finalizing"
+        COMPLETED = "completed"
+        EXPIRED = "expired"
+        CANCELLING = "cancelling"
+        CANCELLED = "cancelled"
+
+    ENDED = (Status.FAILED, Status.COMPLETED, Status.EXPIRED, Status.CANCELLED)
+
+    id = models.CharField(primary_key=True, max_length=40, default=_batch_id, editable=False)
+    matter = models.ForeignKey(Matter, on_delete=models.PROTECT, related_name="batches")
+    api_key = models.ForeignKey(
+        ApiKey, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    endpoint = models.CharField(max_length=40)
+    input_file = models.ForeignKey(BatchFile, on_delete=models.PROTECT, related_name="+")
+    output_file = models.ForeignKey(
+        BatchFile, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    error_file = models.ForeignKey(
+        BatchFile, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    completion_window = models.CharField(max_length=8)
+    metadata = models.JSONField(null=True, blank=True)
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.VALIDATING, db_index=True
+    )
+    # OpenAI's `errors` of a batch that failed as a whole (its input could not be read).
+    errors = models.JSONField(null=True, blank=True)
+    # Input lines already made into BatchLines: a restarted expansion resumes here.
+    lines_expanded = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    expires_at = models.DateTimeField()
+    in_progress_at = models.DateTimeField(null=True, blank=True)
+    finalizing_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    failed_at = models.DateTimeField(null=True, blank=True)
+    expired_at = models.DateTimeField(null=True, blank=True)
+    cancelling_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "batches"
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+
+class BatchLine(models.Model):
+    """One line of a batch's input: the job it became, or the refusal the endpoint would have
+    given its body (which goes to the error file; the batch goes on)."""
+
+    batch = models.ForeignKey(Batch, on_delete=models.PROTECT, related_name="lines")
+    line = models.PositiveIntegerField(help_text="1-based line number in the input file")
+    # Null only for a line that is not a JSON object with a string custom_id.
+    custom_id = models.CharField(max_length=512, null=True, blank=True)
+    job = models.OneToOneField(
+        GenerationJob, on_delete=models.PROTECT, null=True, blank=True, related_name="batch_line"
+    )
+    # How many alternatives each token's logprobs show in the response; null: none asked.
+    logprobs_top = models.PositiveSmallIntegerField(null=True, blank=True)
+    # {"status_code", "body"}: what the endpoint would have answered this line's request.
+    refusal = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["batch", "line"]
+        constraints = [
+            models.UniqueConstraint(fields=["batch", "line"], name="decoding_batchline_line"),
+            models.UniqueConstraint(
+                fields=["batch", "custom_id"],
+                condition=models.Q(custom_id__isnull=False),
+                name="decoding_batchline_custom_id",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"line {self.line} of {self.batch_id}"

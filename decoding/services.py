@@ -15,7 +15,7 @@ from audit.matter_export import MatterExport, MatterSelection, matter_export
 from audit.models import Trail
 from audit.store import trail_seal
 from decoding import admission, delivery, events, lifecycle
-from decoding.job_input import job_input
+from decoding.job_input import JobInput, job_input
 from decoding.models import ApiKey, GenerationJob, Matter, Replay
 from decoding.selectors import matter_trail_ids
 
@@ -102,19 +102,14 @@ def job_submit(
     try:
         with transaction.atomic():
             admission.admit(matter=matter, api_key=api_key, caller_waits=caller_waits)
-            job = GenerationJob.objects.create(
+            job = _job_create(
+                checked,
                 matter=matter,
                 api_key=api_key,
                 request_id=request_id,
-                model_spec=checked.spec,
-                prompt_text=checked.prompt.text,
-                messages=checked.messages,
-                prompt_token_ids=checked.prompt.token_ids,
-                stop=stop or [],
+                stop=stop,
                 stream=stream,
                 caller_waits=caller_waits,
-                top_logprobs=checked.top_logprobs,
-                **checked.params,
             )
             if enqueue:
                 transaction.on_commit(lambda: _enqueue(job))
@@ -125,6 +120,43 @@ def job_submit(
             raise
         return winner, False
     return job, True
+
+
+def batch_job_create(
+    *,
+    matter: Matter,
+    api_key: ApiKey | None,
+    model: str | None = None,
+    prompt: str | None = None,
+    messages: list[dict] | None = None,
+    prompt_token_ids: list[int] | None = None,
+    stop: list[str] | None = None,
+    **given,
+) -> GenerationJob:
+    """A batch line's job (decoding.batches), checked as job_submit checks a request
+    (InvalidInput naming the field), stored queued and not yet sent: the batch feeder sends it,
+    so it meets its own cap (PATHFINDER_BATCH_MAX_QUEUED) rather than the matter's."""
+    checked = job_input(
+        model=model,
+        prompt=prompt,
+        messages=messages,
+        prompt_token_ids=prompt_token_ids,
+        **given,
+    )
+    return _job_create(checked, matter=matter, api_key=api_key, stop=stop)
+
+
+def _job_create(checked: JobInput, *, stop: list[str] | None, **fields) -> GenerationJob:
+    return GenerationJob.objects.create(
+        model_spec=checked.spec,
+        prompt_text=checked.prompt.text,
+        messages=checked.messages,
+        prompt_token_ids=checked.prompt.token_ids,
+        stop=stop or [],
+        top_logprobs=checked.top_logprobs,
+        **checked.params,
+        **fields,
+    )
 
 
 def _enqueue(job: GenerationJob) -> None:

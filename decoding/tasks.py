@@ -6,6 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from audit.locks import run_exclusively
+from decoding.batches import ADVANCE_BATCHES, batch_line_ended, batches_advance
 from decoding.delivery import REPLAY_JOB, RUN_GENERATION
 from decoding.services import jobs_recover, trails_seal_orphaned
 from decoding.worker.execution import TryLater, job_run
@@ -16,6 +17,7 @@ from decoding.worker.replay import replay_run, replays_fail_lost
 def run_generation(self, job_id: str) -> None:
     try:
         job_run(job_id=uuid.UUID(job_id))
+        batch_line_ended(job_id)
     except TryLater as later:
         # Another attempt may still be decoding it (a redelivered message): look again once its
         # lease could have lapsed; if its worker died, this delivery starts the next attempt.
@@ -43,3 +45,10 @@ def recover_jobs() -> dict | None:
 @shared_task(name=REPLAY_JOB)
 def replay_job(replay_id: str) -> None:
     replay_run(replay_id=uuid.UUID(replay_id))
+
+
+@shared_task(name=ADVANCE_BATCHES)
+def advance_batches() -> dict | None:
+    """Beat's, and a kick's: batches' lines made into jobs and fed to the queue, ended batches
+    closed with their files (decoding.batches)."""
+    return run_exclusively(ADVANCE_BATCHES, 60, batches_advance)

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 
 logger = logging.getLogger("pathfinder.front")
@@ -28,6 +29,13 @@ BODY_TIMEOUT_S = 60
 MAX_HEAD_BYTES = 64 << 10
 # Above the API's own 1 MiB (which answers 413 in its own words); the front's is a backstop.
 MAX_BODY_BYTES = 8 << 20
+# A Batch API upload (POST /v1/files) may be as large as a batch input file may be, plus its
+# multipart framing; it takes longer to arrive.
+UPLOAD_PATH = b"/v1/files"
+UPLOAD_MAX_BODY_BYTES = int(os.environ.get("PATHFINDER_BATCH_MAX_FILE_BYTES", 200 << 20)) + (
+    1 << 20
+)
+UPLOAD_TIMEOUT_S = 900
 # How long a stopping front lets open responses finish (gunicorn's graceful_timeout is 30 s).
 STOP_GRACE_S = 35
 # Headers that describe one hop, not the request: the front sets its own.
@@ -81,7 +89,8 @@ class Front:
             return
         try:
             line, headers = _parse_head(head)
-            body = await asyncio.wait_for(_body(reader, writer, headers), BODY_TIMEOUT_S)
+            most, timeout = _body_limits(line)
+            body = await asyncio.wait_for(_body(reader, writer, headers, most), timeout)
         except BadRequest as bad:
             await _refuse(writer, bad.status, bad.reason)
             return
@@ -126,24 +135,32 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     return values[0] if values else None
 
 
-async def _body(reader, writer, headers) -> bytes:
+def _body_limits(line: bytes) -> tuple[int, float]:
+    """The most bytes the request's body may have, and how long it may take to arrive."""
+    method, target, _ = line.split(b" ")
+    if method == b"POST" and target.split(b"?")[0].rstrip(b"/") == UPLOAD_PATH:
+        return UPLOAD_MAX_BODY_BYTES, UPLOAD_TIMEOUT_S
+    return MAX_BODY_BYTES, BODY_TIMEOUT_S
+
+
+async def _body(reader, writer, headers, most: int) -> bytes:
     chunked = (_header(headers, b"transfer-encoding") or b"").lower()
     length = _header(headers, b"content-length")
     if chunked and length is not None:
         raise BadRequest(400, "both Content-Length and Transfer-Encoding")
     if chunked and chunked != b"chunked":
         raise BadRequest(501, "unsupported Transfer-Encoding")
-    if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+    if length is not None and (not length.isdigit() or int(length) > most):
         raise BadRequest(413 if length.isdigit() else 400, "body too large or malformed length")
     if (_header(headers, b"expect") or b"").lower() == b"100-continue" and (chunked or length):
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         await writer.drain()
     if chunked:
-        return await _chunked(reader)
+        return await _chunked(reader, most)
     return await reader.readexactly(int(length)) if length else b""
 
 
-async def _chunked(reader: asyncio.StreamReader) -> bytes:
+async def _chunked(reader: asyncio.StreamReader, most: int) -> bytes:
     body = bytearray()
     while True:
         size_line = await reader.readuntil(b"\r\n")
@@ -152,7 +169,7 @@ async def _chunked(reader: asyncio.StreamReader) -> bytes:
             count = int(size, 16)
         except ValueError:
             raise BadRequest(400, "malformed chunk size") from None
-        if len(body) + count > MAX_BODY_BYTES:
+        if len(body) + count > most:
             raise BadRequest(413, "body too large")
         if count == 0:
             while await reader.readuntil(b"\r\n") != b"\r\n":

@@ -10,6 +10,9 @@ from django.urls import reverse
 
 from decoding.web.openai_api.errors import openai_error_body
 
+# What multipart framing and the `purpose` field may add to an uploaded file.
+UPLOAD_FRAMING_BYTES = 1 << 20
+
 
 class BodySizeLimitMiddleware:
     def __init__(self, get_response):
@@ -21,6 +24,9 @@ class BodySizeLimitMiddleware:
         except ValueError:
             length = 0
         limit = settings.PATHFINDER_MAX_BODY_BYTES
+        if request.method == "POST" and request.path.rstrip("/") == "/v1/files":
+            # A batch input file, which decoding.batches holds to its own limit.
+            limit = settings.PATHFINDER_BATCH_MAX_FILE_BYTES + UPLOAD_FRAMING_BYTES
         if length > limit:
             message = f"body: request body is {length} bytes; the limit is {limit}."
             if request.path.startswith("/v1/"):  # each API's own error shape

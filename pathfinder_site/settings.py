@@ -224,6 +224,13 @@ PATHFINDER_MATTER_MAX_QUEUED = env_int("PATHFINDER_MATTER_MAX_QUEUED", 64, minim
 PATHFINDER_WEB_MAX_WAITING = env_int("PATHFINDER_WEB_MAX_WAITING", 12, minimum=1)
 # Replays one reviewer may have queued or running at once (each re-decodes a whole job).
 PATHFINDER_REVIEWER_MAX_REPLAYS = env_int("PATHFINDER_REVIEWER_MAX_REPLAYS", 2, minimum=1)
+# Batch API (decoding.batches): the lines of every batch held by the queue and the workers at
+# once, over all matters (the rest wait in the database, and are fed only while no interactive
+# job is queued); below the worker's PATHFINDER_WORKER_SEQUENCES, so interactive calls always
+# find a free slot. And an input file's limits (OpenAI's): lines, and bytes.
+PATHFINDER_BATCH_MAX_QUEUED = env_int("PATHFINDER_BATCH_MAX_QUEUED", 4, minimum=1)
+PATHFINDER_BATCH_MAX_LINES = env_int("PATHFINDER_BATCH_MAX_LINES", 50_000, minimum=1)
+PATHFINDER_BATCH_MAX_FILE_BYTES = env_int("PATHFINDER_BATCH_MAX_FILE_BYTES", 200 << 20, minimum=1)
 # How long POST /v1/completions and /v1/chat/completions wait for a non-streamed job.
 PATHFINDER_SYNC_TIMEOUT_S = env_int("PATHFINDER_SYNC_TIMEOUT_S", 300, minimum=1)
 
@@ -367,6 +374,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": PATHFINDER_VERIFY_INTERVAL_S,
     },
     "chain-pending-views": {"task": "reviewers.chain_pending_views", "schedule": 5},
+    "advance-batches": {"task": "decoding.advance_batches", "schedule": 5},
     "recover-lost-jobs": {
         "task": "decoding.recover_jobs",
         "schedule": PATHFINDER_RECOVERY_INTERVAL_S,

@@ -61,7 +61,8 @@ def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
-    field = next((f for cls, f in _FIELD_FOR.items() if isinstance(exc, cls)), None)
+    field = getattr(exc, "field", None)  # an exception of ours may name its own
+    field = field or next((f for cls, f in _FIELD_FOR.items() if isinstance(exc, cls)), None)
     detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
     message = str(detail)
     if field and not message.startswith(f"{field}:"):

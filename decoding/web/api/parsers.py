@@ -7,7 +7,7 @@ from rest_framework.exceptions import ParseError
 MAX_DEPTH = 32  # no request of either API nests deeper than a handful of levels
 
 
-def _depth(value) -> int:
+def json_depth(value) -> int:
     deepest, stack = 0, [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -29,6 +29,6 @@ class JSONParser(parsers.JSONParser):
             data = super().parse(stream, media_type, parser_context)
         except RecursionError:  # deeper than Python's own parser goes
             raise ParseError(TOO_DEEP) from None
-        if _depth(data) > MAX_DEPTH:
+        if json_depth(data) > MAX_DEPTH:
             raise ParseError(TOO_DEEP)
         return data

@@ -21,7 +21,9 @@ def errors(*codes: int) -> dict:
         400: "Invalid or unsupported parameter (named in `error.param`)",
         401: "Missing, invalid, expired or revoked API key",
         403: "The key lacks the scope this operation needs",
-        413: "Request body too large",
+        404: "No such file or batch in this key's matter",
+        409: "The batch already ended or is being cancelled",
+        413: "Request body (or batch input file) too large",
         415: "Not JSON",
         429: "Rate limit reached; retry after `Retry-After` seconds",
         500: "The generation failed (the job and its trail say why)",
@@ -122,3 +124,52 @@ STREAM = OpenApiResponse(
     "OpenAI's format, then `data: [DONE]`. A chunk carries only tokens whose decision records "
     "are committed; the last one holds `finish_reason` and the `pathfinder` object.",
 )
+
+
+class FileOut(serializers.Serializer):
+    id = serializers.CharField()
+    object = serializers.CharField(help_text='"file"')
+    bytes = serializers.IntegerField()
+    created_at = serializers.IntegerField()
+    filename = serializers.CharField()
+    purpose = serializers.CharField(help_text='"batch" (an input) or "batch_output"')
+    status = serializers.CharField()
+    status_details = serializers.CharField(allow_null=True)
+    expires_at = serializers.IntegerField(allow_null=True)
+
+
+class RequestCountsOut(serializers.Serializer):
+    total = serializers.IntegerField(help_text="input lines made into requests so far")
+    completed = serializers.IntegerField()
+    failed = serializers.IntegerField(help_text="refused, failed or cancelled")
+
+
+class BatchOut(serializers.Serializer):
+    id = serializers.CharField()
+    object = serializers.CharField(help_text='"batch"')
+    endpoint = serializers.CharField()
+    errors = serializers.JSONField(allow_null=True)
+    input_file_id = serializers.CharField()
+    completion_window = serializers.CharField()
+    status = serializers.CharField()
+    output_file_id = serializers.CharField(allow_null=True)
+    error_file_id = serializers.CharField(allow_null=True)
+    created_at = serializers.IntegerField()
+    in_progress_at = serializers.IntegerField(allow_null=True)
+    expires_at = serializers.IntegerField()
+    finalizing_at = serializers.IntegerField(allow_null=True)
+    completed_at = serializers.IntegerField(allow_null=True)
+    failed_at = serializers.IntegerField(allow_null=True)
+    expired_at = serializers.IntegerField(allow_null=True)
+    cancelling_at = serializers.IntegerField(allow_null=True)
+    cancelled_at = serializers.IntegerField(allow_null=True)
+    request_counts = RequestCountsOut()
+    metadata = serializers.DictField(child=serializers.CharField(), allow_null=True)
+
+
+class ListOut(serializers.Serializer):
+    object = serializers.CharField(help_text='"list"')
+    data = serializers.ListField(child=serializers.JSONField())
+    first_id = serializers.CharField(allow_null=True)
+    last_id = serializers.CharField(allow_null=True)
+    has_more = serializers.BooleanField()

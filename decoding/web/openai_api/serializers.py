@@ -12,7 +12,7 @@ from decoding.web.api.fields import (
     StrictIntegerField,
     text_refusal,
 )
-from decoding.web.api.serializers import StopField
+from decoding.web.api.serializers import GenerationInput, StopField
 
 
 class StreamOptions(serializers.Serializer):
@@ -161,3 +161,13 @@ class ChatCompletionInput(_OpenAIInput):
             for m in data["messages"]
         ]
         return data
+
+
+def native_input(data: dict, names: dict) -> dict:
+    """A request (`native()` of the serializers above) checked as the native API checks its
+    shape; errors keep the endpoint's own names (`OPENAI_NAMES`)."""
+    native = GenerationInput(data=data)
+    if not native.is_valid():
+        renamed = {names.get(field, field): errors for field, errors in native.errors.items()}
+        raise serializers.ValidationError(renamed)
+    return native.validated_data

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from audit.evidence.binding import Answer
+from decoding import tokenizers
 from decoding.models import GenerationJob
-from decoding.selectors import job_answer, trail_for_job
-from decoding.web.logprobs import TokenLogprob, chat_logprobs, completion_logprobs
+from decoding.selectors import job_answer, job_decisions, trail_for_job
+from decoding.web.logprobs import (
+    TokenLogprob,
+    chat_logprobs,
+    completion_logprobs,
+    token_logprobs,
+)
 
 # OpenAI has "stop" (a natural end or a stop string) and "length"; a cancelled job ended early
 # on request, which the pathfinder object's status tells apart.
@@ -81,6 +87,16 @@ def response(job: GenerationJob, kind: str, entries: list[TokenLogprob] | None =
         "usage": usage(job, answer),
         "pathfinder": pathfinder(job),
     }
+
+
+def answered(job: GenerationJob, kind: str, top: int | None) -> dict:
+    """A finished job's response body, with each token's log-probability and its `top` most
+    probable alternatives when the request asked (`top` None: it did not)."""
+    entries = None
+    if top is not None:
+        tokenizer = tokenizers.tokenizer_for(job.model_spec)
+        entries = token_logprobs(job_decisions(job), tokenizer, top)
+    return response(job, kind, entries)
 
 
 def chunk(job: GenerationJob, kind: str, text: str, *, first: bool = False, logprobs=None) -> dict:

@@ -12,22 +12,18 @@ import logging
 from django.conf import settings
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from decoding import services, tokenizers
+from decoding import services
 from decoding.job_input import InvalidInput, sampling_defaults
 from decoding.models import GenerationJob, ModelSpec
-from decoding.selectors import job_decisions
 from decoding.web import relay, waiting
-from decoding.web.api.serializers import GenerationInput
-from decoding.web.logprobs import token_logprobs
 
 from . import shapes, sse
 from .errors import exception_handler, job_failure, openai_error, service_stopping
 from .schema import STREAM, ChatCompletionOut, CompletionOut, ModelListOut, errors
-from .serializers import ChatCompletionInput, CompletionInput
+from .serializers import ChatCompletionInput, CompletionInput, native_input
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +69,7 @@ class _Generate(OpenAIView):
         data = self.input_class(data=request.data)
         data.is_valid(raise_exception=True)
         names = data.OPENAI_NAMES
-        native = _native_input(data.native(), names)
+        native = native_input(data.native(), names)
         stream = data.validated_data["stream"]
         # None: no logprobs in the response; else how many alternatives each token shows.
         top = native.get("top_logprobs", 0) if data.wants_logprobs() else None
@@ -123,11 +119,7 @@ class _Generate(OpenAIView):
                 return _with(service_stopping(job), headers)
         if job.status == GenerationJob.Status.FAILED:
             return _with(job_failure(job), headers)
-        entries = None
-        if top is not None:
-            tokenizer = tokenizers.tokenizer_for(job.model_spec)
-            entries = token_logprobs(job_decisions(job), tokenizer, top)
-        return Response(shapes.response(job, self.kind, entries), headers=headers)
+        return Response(shapes.answered(job, self.kind, top), headers=headers)
 
 
 def _generate_schema(operation_id: str, summary: str, request, response):
@@ -163,15 +155,6 @@ class Completions(_Generate):
 class ChatCompletions(_Generate):
     input_class = ChatCompletionInput
     kind = shapes.CHAT
-
-
-def _native_input(data: dict, names: dict) -> dict:
-    """The request checked as the native API checks its shape; errors keep OpenAI's names."""
-    native = GenerationInput(data=data)
-    if not native.is_valid():
-        renamed = {names.get(field, field): errors for field, errors in native.errors.items()}
-        raise serializers.ValidationError(renamed)
-    return native.validated_data
 
 
 def _with(response: Response, headers: dict) -> Response:

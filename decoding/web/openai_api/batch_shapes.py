@@ -1,0 +1,95 @@
+"""The Batch API's objects in OpenAI's shapes: a file, a batch, and a batch's output and error
+lines, `{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`, each
+body what the endpoint itself answers (a completed line's with its `pathfinder` object)."""
+
+from __future__ import annotations
+
+from decoding.models import Batch, BatchFile, BatchLine, GenerationJob
+
+from . import shapes
+from .batch_lines import ENDPOINTS
+from .errors import job_failure
+
+# Why a line's job never finished, by how its batch ended (OpenAI's codes).
+_UNFINISHED = {
+    Batch.Status.EXPIRED: (
+        "batch_expired",
+        "This request could not be run before the batch expired.",
+    ),
+    Batch.Status.CANCELLED: (
+        "batch_cancelled",
+        "The batch was cancelled before this request finished.",
+    ),
+}
+
+
+def _epoch(moment) -> int | None:
+    return int(moment.timestamp()) if moment else None
+
+
+def file_object(batch_file: BatchFile) -> dict:
+    return {
+        "id": batch_file.id,
+        "object": "file",
+        "bytes": batch_file.bytes,
+        "created_at": _epoch(batch_file.created_at),
+        "filename": batch_file.filename,
+        "purpose": batch_file.purpose,
+        "status": "processed",
+        "status_details": None,
+        "expires_at": None,
+    }
+
+
+def batch_object(batch: Batch, request_counts: dict) -> dict:
+    stamps = ("created_at", "in_progress_at", "expires_at", "finalizing_at", "completed_at",
+              "failed_at", "expired_at", "cancelling_at", "cancelled_at")  # fmt: skip
+    return {
+        "id": batch.id,
+        "object": "batch",
+        "endpoint": batch.endpoint,
+        "errors": batch.errors,
+        "input_file_id": batch.input_file_id,
+        "completion_window": batch.completion_window,
+        "status": batch.status,
+        "output_file_id": batch.output_file_id,
+        "error_file_id": batch.error_file_id,
+        **{stamp: _epoch(getattr(batch, stamp)) for stamp in stamps},
+        "request_counts": request_counts,
+        "metadata": batch.metadata,
+    }
+
+
+def succeeded(line: BatchLine) -> bool:
+    return line.job is not None and line.job.status == GenerationJob.Status.SUCCEEDED
+
+
+def output_line(line: BatchLine) -> dict:
+    """A completed line: status 200 and the endpoint's response body."""
+    _, kind = ENDPOINTS[line.batch.endpoint]
+    body = shapes.answered(line.job, kind, line.logprobs_top)
+    return _line(line, {"status_code": 200, "request_id": str(line.job.id), "body": body})
+
+
+def error_line(line: BatchLine, ending: str) -> dict:
+    """A line refused as its endpoint would refuse it, or whose job failed or was cancelled;
+    `ending` is the status the batch ends in (an unfinished job's line says why)."""
+    if line.job is None:
+        return _line(line, {"status_code": line.refusal["status_code"], "request_id": None,
+                            "body": line.refusal["body"]})  # fmt: skip
+    job = line.job
+    if job.status == GenerationJob.Status.FAILED:
+        failure = job_failure(job)
+        body = {"status_code": failure.status_code, "request_id": str(job.id), "body": failure.data}
+        return _line(line, body)
+    code, message = _UNFINISHED.get(ending, ("cancelled", "This request's job was cancelled."))
+    return _line(line, None, {"code": code, "message": f"{message} (job {job.id})"})
+
+
+def _line(line: BatchLine, response: dict | None, error: dict | None = None) -> dict:
+    return {
+        "id": f"batch_req_{line.batch_id.removeprefix('batch_')}_{line.line}",
+        "custom_id": line.custom_id,
+        "response": response,
+        "error": error,
+    }

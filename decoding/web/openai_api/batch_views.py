@@ -1,0 +1,238 @@
+"""/v1/files and /v1/batches: OpenAI's Files and Batch APIs over a key's matter.
+
+    POST /v1/files                   upload a batch input (multipart: file, purpose=batch)
+    GET  /v1/files[/{id}[/content]]  list, retrieve, download (inputs, outputs, errors)
+    POST /v1/batches                 create a batch over an uploaded file
+    GET  /v1/batches[/{id}]          list (cursor: after, limit), retrieve
+    POST /v1/batches/{id}/cancel     cancel
+
+The work is decoding.batches'; this shapes requests and answers.
+"""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions, serializers
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.response import Response
+
+from decoding import batches
+from decoding.job_input import InvalidInput
+from decoding.models import Batch, BatchFile
+from decoding.web.api.fields import RefusesUnknownFields, StrictCharField
+from decoding.web.api.parsers import JSONParser
+
+from .batch_shapes import batch_object, file_object
+from .schema import BatchOut, FileOut, ListOut, errors
+from .views import OpenAIView
+
+METADATA_KEYS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512  # OpenAI's limits
+
+
+class FileUploadInput(RefusesUnknownFields, serializers.Serializer):
+    file = serializers.FileField()
+    purpose = StrictCharField(max_length=32)
+
+
+class BatchCreateInput(RefusesUnknownFields, serializers.Serializer):
+    unknown_field_message = "Unsupported parameter: Pathfinder does not implement it."
+
+    input_file_id = StrictCharField(max_length=64)
+    endpoint = StrictCharField(max_length=64)
+    completion_window = StrictCharField(max_length=16)
+    metadata = serializers.DictField(
+        child=StrictCharField(max_length=METADATA_VALUE_CHARS, allow_blank=True),
+        required=False,
+        allow_null=True,
+    )
+
+    def validate_metadata(self, value):
+        if value and len(value) > METADATA_KEYS:
+            raise serializers.ValidationError(f"At most {METADATA_KEYS} keys.")
+        if value and any(len(key) > METADATA_KEY_CHARS for key in value):
+            raise serializers.ValidationError(f"Keys are at most {METADATA_KEY_CHARS} characters.")
+        return value
+
+
+class PageInput(RefusesUnknownFields, serializers.Serializer):
+    unknown_field_message = "Unknown query parameter."
+
+    after = StrictCharField(max_length=64, required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=100, required=False, default=20)
+    purpose = StrictCharField(max_length=32, required=False)
+
+
+class FileTooLarge(exceptions.APIException):
+    status_code = 413
+    default_code = "payload_too_large"
+    field = "file"
+
+
+class Conflict(exceptions.APIException):
+    status_code = 409
+    default_code = "conflict"
+
+
+_PAGE = [
+    OpenApiParameter("after", str, description="the last id of the page before"),
+    OpenApiParameter("limit", int, description="1 to 100; 20 if left out"),
+]
+
+
+class FileList(OpenAIView):
+    parser_classes = [MultiPartParser, FormParser]
+
+    @extend_schema(
+        operation_id="files_create",
+        summary="Upload a batch input file (JSONL, purpose=batch)",
+        request={"multipart/form-data": FileUploadInput},
+        responses={200: FileOut, **errors(400, 401, 403, 413, 415, 429)},
+    )
+    def post(self, request):
+        data = FileUploadInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        upload = data.validated_data["file"]
+        try:
+            stored = batches.file_upload(
+                matter=request.auth.matter,
+                api_key=request.auth,
+                filename=upload.name or "",
+                data=upload.read(),
+                purpose=data.validated_data["purpose"],
+            )
+        except batches.FileTooLarge as exc:
+            raise FileTooLarge(str(exc)) from exc
+        return Response(file_object(stored))
+
+    @extend_schema(
+        operation_id="files_list",
+        summary="The matter's files, newest first",
+        parameters=[*_PAGE, OpenApiParameter("purpose", str)],
+        responses={200: ListOut, **errors(400, 401, 403, 429)},
+    )
+    def get(self, request):
+        query = _page_input(request)
+        files = BatchFile.objects.filter(matter=request.auth.matter).defer("content")
+        if query.get("purpose"):
+            files = files.filter(purpose=query["purpose"])
+        return Response(_page(files, query, file_object))
+
+
+class FileDetail(OpenAIView):
+    @extend_schema(
+        operation_id="files_retrieve",
+        summary="A file's description",
+        responses={200: FileOut, **errors(401, 403, 404, 429)},
+    )
+    def get(self, request, file_id: str):
+        return Response(file_object(_file(request, file_id, defer=True)))
+
+
+class FileContent(OpenAIView):
+    @extend_schema(
+        operation_id="files_content",
+        summary="A file's bytes: an input as uploaded, or a batch's output or errors (JSONL)",
+        responses={(200, "application/jsonl"): bytes, **errors(401, 403, 404, 429)},
+    )
+    def get(self, request, file_id: str):
+        stored = _file(request, file_id)
+        response = HttpResponse(bytes(stored.content), content_type="application/jsonl")
+        response["Content-Disposition"] = f'attachment; filename="{stored.filename}"'
+        return response
+
+
+class BatchList(OpenAIView):
+    parser_classes = [JSONParser]
+
+    @extend_schema(
+        operation_id="batches_create",
+        summary="Run every line of an uploaded file as a job with its own trail",
+        request=BatchCreateInput,
+        responses={200: BatchOut, **errors(400, 401, 403, 413, 415, 429)},
+    )
+    def post(self, request):
+        data = BatchCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        batch = batches.batch_create(
+            matter=request.auth.matter, api_key=request.auth, **data.validated_data
+        )
+        return Response(batch_object(batch, batches.request_counts(batch)))
+
+    @extend_schema(
+        operation_id="batches_list",
+        summary="The matter's batches, newest first",
+        parameters=_PAGE,
+        responses={200: ListOut, **errors(400, 401, 403, 429)},
+    )
+    def get(self, request):
+        query = _page_input(request)
+        if query.get("purpose"):
+            raise InvalidInput("purpose", "Only files are listed by purpose.")
+        found = Batch.objects.filter(matter=request.auth.matter)
+        return Response(
+            _page(found, query, lambda batch: batch_object(batch, batches.request_counts(batch)))
+        )
+
+
+class BatchDetail(OpenAIView):
+    @extend_schema(
+        operation_id="batches_retrieve",
+        summary="A batch, with its request_counts and, once it ended, its files",
+        responses={200: BatchOut, **errors(401, 403, 404, 429)},
+    )
+    def get(self, request, batch_id: str):
+        batch = get_object_or_404(Batch, pk=batch_id, matter=request.auth.matter)
+        return Response(batch_object(batch, batches.request_counts(batch)))
+
+
+class BatchCancel(OpenAIView):
+    @extend_schema(
+        operation_id="batches_cancel",
+        summary="Cancel a batch: queued lines never run, running ones stop at their next step",
+        request=None,
+        responses={200: BatchOut, **errors(401, 403, 404, 409, 429)},
+    )
+    def post(self, request, batch_id: str):
+        batch = get_object_or_404(Batch, pk=batch_id, matter=request.auth.matter)
+        try:
+            batch = batches.batch_cancel(batch=batch)
+        except batches.BatchEnded as exc:
+            raise Conflict(f"batch_id: {exc}; there is nothing to cancel.") from exc
+        return Response(batch_object(batch, batches.request_counts(batch)))
+
+
+def _file(request, file_id: str, *, defer: bool = False) -> BatchFile:
+    files = BatchFile.objects.filter(matter=request.auth.matter)
+    found = (files.defer("content") if defer else files).filter(pk=file_id).first()
+    if found is None:
+        raise Http404
+    return found
+
+
+def _page_input(request) -> dict:
+    query = PageInput(data=request.query_params.dict())
+    query.is_valid(raise_exception=True)
+    return query.validated_data
+
+
+def _page(rows, query: dict, shape) -> dict:
+    """OpenAI's list page: newest first, from after the `after` id, `limit` rows."""
+    rows = rows.order_by("-created_at", "-pk")
+    if query.get("after"):
+        mark = rows.filter(pk=query["after"]).values("created_at", "pk").first()
+        if mark is None:
+            raise InvalidInput("after", f"No {query['after']!r} here to list after.")
+        rows = rows.filter(created_at__lte=mark["created_at"]).exclude(
+            created_at=mark["created_at"], pk__gte=mark["pk"]
+        )
+    found = list(rows[: query["limit"] + 1])
+    data = [shape(row) for row in found[: query["limit"]]]
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": len(found) > query["limit"],
+    }

@@ -1,0 +1,339 @@
+"""The Batch API (/v1/files, /v1/batches) on the real PostgreSQL: each line an ordinary job with
+its own trail, a bad line refused in the endpoint's own words without sinking the batch, the
+file limits refusing an upload whole, custom_id scoped to its batch, lines fed below every
+interactive call and outside the matter's cap, resumption without a line made twice, cancel and
+expiry. Jobs are decoded in this process as a worker would (the stub pair); the official client
+against a live stack with a worker killed mid-batch is tests/system's."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+
+import pytest
+from django.utils import timezone
+
+from audit.verification import verify_trails
+from decoding import batches
+from decoding.models import Batch, BatchFile, BatchLine, GenerationJob
+from decoding.services import job_submit
+from decoding.worker.execution import job_run
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+BODY = {"model": "stub", "max_tokens": 12, "temperature": 0, "seed": 3}
+
+
+def line(custom_id, prompt=(17, 4, 9), url=COMPLETIONS, **body) -> str:
+    """A completions line; the stub pair takes token ids."""
+    request = {"custom_id": custom_id, "method": "POST", "url": url,
+               "body": {**BODY, "prompt": list(prompt), **body}}  # fmt: skip
+    return json.dumps(request)
+
+
+def upload(app, text: str | bytes, purpose="batch", name="docs.jsonl"):
+    data = text.encode() if isinstance(text, str) else text
+    upload = io.BytesIO(data)
+    upload.name = name
+    return app.api.post("/v1/files", {"file": upload, "purpose": purpose}, format="multipart")
+
+
+def create(app, file_id, endpoint=COMPLETIONS, **extra):
+    body = {"input_file_id": file_id, "endpoint": endpoint, "completion_window": "24h", **extra}
+    return app.api.post("/v1/batches", body, format="json")
+
+
+def run_batch(app, lines: list[str], endpoint=COMPLETIONS) -> dict:
+    """Upload, create, and do what the workers and beat do until the batch ends."""
+    file_id = upload(app, "\n".join(lines) + "\n").json()["id"]
+    batch_id = create(app, file_id, endpoint).json()["id"]
+    run_to_end(batch_id)
+    return app.api.get(f"/v1/batches/{batch_id}").json()
+
+
+def run_to_end(batch_id: str) -> None:
+    batches.batches_advance()
+    for job_id in GenerationJob.objects.filter(
+        batch_line__batch_id=batch_id, status=GenerationJob.Status.QUEUED
+    ).values_list("pk", flat=True):
+        job_run(job_id=job_id)
+        batches.batch_line_ended(job_id)
+    batches.batches_advance()
+
+
+def content(app, file_id) -> list[dict]:
+    response = app.api.get(f"/v1/files/{file_id}/content")
+    assert response.status_code == 200
+    return [json.loads(row) for row in response.content.decode().splitlines()]
+
+
+def test_every_line_is_a_job_with_its_own_trail_and_the_output_is_openai_shaped(owner):
+    done = run_batch(owner, [line("doc-1"), line("doc-2", prompt=(3, 1, 4, 1, 5))])
+    assert done["status"] == "completed"
+    assert done["request_counts"] == {"total": 2, "completed": 2, "failed": 0}
+    assert done["error_file_id"] is None and done["completed_at"] >= done["created_at"]
+    rows = content(owner, done["output_file_id"])
+    assert [row["custom_id"] for row in rows] == ["doc-1", "doc-2"]
+    for row in rows:
+        assert row["response"]["status_code"] == 200 and row["error"] is None
+        body, audit = row["response"]["body"], row["response"]["body"]["pathfinder"]
+        job = GenerationJob.objects.get(pk=audit["job_id"])
+        assert row["response"]["request_id"] == str(job.pk)
+        assert body["object"] == "text_completion"
+        assert body["choices"][0]["text"] == job.output_text
+        assert body["usage"]["completion_tokens"] == len(job.output_token_ids)
+        assert audit["trail_id"] == str(job.trail_id)
+        assert verify_trails([job.trail_id], scope="test").ok
+        assert job.batch_line.custom_id == row["custom_id"]
+
+
+def test_a_chat_batch_answers_in_chat_shape(owner):
+    body = {**BODY, "model": "smollm2-135m-instruct", "max_tokens": 3,
+            "messages": [{"role": "user", "content": "Hi"}]}  # fmt: skip
+    chat = json.dumps({"custom_id": "c", "method": "POST", "url": CHAT, "body": body})
+    done = run_batch(owner, [chat], endpoint=CHAT)
+    (row,) = content(owner, done["output_file_id"])
+    assert row["response"]["body"]["object"] == "chat.completion"
+    assert row["response"]["body"]["choices"][0]["message"]["role"] == "assistant"
+
+
+# Bad lines, each next to the body the endpoint would get for it: the error file must carry the
+# status and message the endpoint itself answers.
+BAD_BODIES = [
+    {**BODY, "prompt": [1, 2], "temperature": 3},
+    {**BODY, "prompt": [1, 2], "logit_bias": {}},
+    {**BODY, "prompt": [1, 2], "n": 2},
+    {**BODY, "prompt": [1, 2], "model": "gpt-4"},
+    {**BODY, "prompt": [1, 99999]},
+    {**BODY, "prompt": [1, 2], "max_tokens": 10**6},
+    {**BODY, "prompt": "words, which the stub pair cannot take"},
+    {**BODY},
+]
+
+
+def test_a_bad_line_goes_to_the_error_file_in_the_endpoints_words_and_the_batch_goes_on(owner):
+    bad = [json.dumps({"custom_id": f"bad-{i}", "method": "POST", "url": COMPLETIONS, "body": b})
+           for i, b in enumerate(BAD_BODIES)]  # fmt: skip
+    malformed = ['{"custom_id": "broken", "method": ', "[1, 2]",
+                 json.dumps({"custom_id": "get", "method": "GET", "url": COMPLETIONS, "body": {}}),
+                 json.dumps({"custom_id": "other-url", "method": "POST", "url": CHAT,
+                             "body": {"messages": []}}),
+                 json.dumps({"custom_id": "extra", "method": "POST", "url": COMPLETIONS,
+                             "body": BODY, "header": {}}),
+                 json.dumps({"custom_id": "stream", "method": "POST", "url": COMPLETIONS,
+                             "body": {**BODY, "prompt": [1], "stream": True}})]  # fmt: skip
+    done = run_batch(owner, [line("good-1"), *bad, *malformed, line("good-2")])
+    assert done["status"] == "completed"
+    total = 2 + len(bad) + len(malformed)
+    assert done["request_counts"] == {"total": total, "completed": 2, "failed": total - 2}
+    assert [row["custom_id"] for row in content(owner, done["output_file_id"])] == [
+        "good-1",
+        "good-2",
+    ]
+    errors = content(owner, done["error_file_id"])
+    by_id = {row["custom_id"]: row["response"] for row in errors}
+    before = GenerationJob.objects.count()
+    for i, body in enumerate(BAD_BODIES):
+        direct = owner.api.post(COMPLETIONS, body, format="json")
+        assert by_id[f"bad-{i}"]["status_code"] == direct.status_code
+        assert by_id[f"bad-{i}"]["body"] == direct.json()
+    assert GenerationJob.objects.count() == before  # the endpoint stored nothing either
+    unnamed = [row for row in errors if row["custom_id"] is None]
+    assert [row["response"]["body"]["error"]["param"] for row in unnamed] == ["body", "body"]
+    assert "JSON parse error" in unnamed[0]["response"]["body"]["error"]["message"]
+    assert by_id["get"]["body"]["error"]["param"] == "method"
+    assert by_id["other-url"]["body"]["error"]["param"] == "url"
+    assert by_id["extra"]["body"]["error"]["param"] == "header"
+    assert by_id["stream"]["body"]["error"]["param"] == "stream"
+    assert all(r["status_code"] == 400 for r in by_id.values())
+
+
+def test_a_file_that_repeats_a_custom_id_is_refused_naming_both_lines(owner):
+    response = upload(owner, "\n".join([line("a"), line("b"), line("a")]))
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "file"
+    assert "Line 3 repeats custom_id 'a' of line 1" in error["message"]
+    assert not BatchFile.objects.exists()
+
+
+def test_the_file_limits_refuse_the_upload_and_store_nothing(owner, settings):
+    settings.PATHFINDER_BATCH_MAX_LINES = 3
+    response = upload(owner, "\n".join(line(f"d{i}") for i in range(4)))
+    assert response.status_code == 400 and response.json()["error"]["param"] == "file"
+    assert "4 lines; the limit is 3" in response.json()["error"]["message"]
+    settings.PATHFINDER_BATCH_MAX_FILE_BYTES = 300
+    response = upload(owner, line("big", prompt=range(100)))
+    assert response.status_code == 413 and response.json()["error"]["param"] == "file"
+    for text, param in [
+        (b"\xff\xfe not utf-8", "file"),
+        ("\n \n", "file"),
+    ]:
+        response = upload(owner, text)
+        assert (response.status_code, response.json()["error"]["param"]) == (400, param)
+    response = upload(owner, line("x"), purpose="fine-tune")
+    assert (response.status_code, response.json()["error"]["param"]) == (400, "purpose")
+    assert not BatchFile.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "param"),
+    [
+        ({"completion_window": "48h"}, "completion_window"),
+        ({"endpoint": "/v1/embeddings"}, "endpoint"),
+        ({"input_file_id": "file-nope"}, "input_file_id"),
+        ({"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
+        (
+            {"output_expires_after": {"anchor": "created_at", "seconds": 3600}},
+            "output_expires_after",
+        ),
+    ],
+)
+def test_a_batch_that_cannot_run_is_refused_naming_the_field(owner, change, param):
+    file_id = upload(owner, line("a")).json()["id"]
+    body = {"input_file_id": file_id, "endpoint": COMPLETIONS, "completion_window": "24h", **change}
+    response = owner.api.post("/v1/batches", body, format="json")
+    assert response.status_code == 400, response.json()
+    assert response.json()["error"]["param"] == param
+    assert not Batch.objects.exists()
+
+
+def test_custom_id_is_scoped_to_its_batch(owner):
+    job, _ = job_submit(matter=owner.key.matter, api_key=owner.key, model="stub",
+                        prompt_token_ids=[1, 2], request_id="doc-1", max_tokens=4)  # fmt: skip
+    first = run_batch(owner, [line("doc-1")])
+    second = run_batch(owner, [line("doc-1")])
+    assert first["request_counts"]["completed"] == second["request_counts"]["completed"] == 1
+    ids = {
+        content(owner, b["output_file_id"])[0]["response"]["request_id"] for b in (first, second)
+    }
+    assert len(ids) == 2 and str(job.pk) not in ids
+    assert GenerationJob.objects.get(request_id="doc-1") == job
+
+
+def test_files_and_batches_are_the_keys_matter_only(owner, outsider):
+    file_id = upload(owner, line("a")).json()["id"]
+    batch_id = create(owner, file_id).json()["id"]
+    for path in (f"/v1/files/{file_id}", f"/v1/files/{file_id}/content",
+                 f"/v1/batches/{batch_id}"):  # fmt: skip
+        assert outsider.api.get(path).status_code == 404
+    assert outsider.api.post(f"/v1/batches/{batch_id}/cancel").status_code == 404
+    assert create(outsider, file_id).json()["error"]["param"] == "input_file_id"
+    assert outsider.api.get("/v1/batches").json()["data"] == []
+
+
+def test_lists_page_by_cursor_newest_first(owner):
+    file_id = upload(owner, line("a")).json()["id"]
+    made = [create(owner, file_id).json()["id"] for _ in range(5)]
+    page = owner.api.get("/v1/batches?limit=2").json()
+    assert [b["id"] for b in page["data"]] == made[::-1][:2] and page["has_more"]
+    rest = owner.api.get(f"/v1/batches?limit=10&after={page['last_id']}").json()
+    assert [b["id"] for b in rest["data"]] == made[::-1][2:] and not rest["has_more"]
+    assert owner.api.get("/v1/batches?after=batch_nope").json()["error"]["param"] == "after"
+    files = owner.api.get("/v1/files?purpose=batch").json()
+    assert [f["id"] for f in files["data"]] == [file_id]
+
+
+INTERACTIVE = {"model": "stub", "prompt_token_ids": [1, 2], "max_tokens": 4}
+
+
+def test_batch_lines_meet_their_own_cap_never_the_matters(owner, settings, sent_jobs):
+    settings.PATHFINDER_MATTER_MAX_QUEUED = 2
+    settings.PATHFINDER_BATCH_MAX_QUEUED = 3
+    file_id = upload(owner, "\n".join(line(f"d{i}") for i in range(8))).json()["id"]
+    batch_id = create(owner, file_id).json()["id"]
+    batches.batches_advance()
+    assert BatchLine.objects.filter(batch_id=batch_id, job__isnull=False).count() == 8
+    sent = GenerationJob.objects.filter(batch_line__isnull=False, enqueued_at__isnull=False)
+    assert sent.count() == 3  # the batch cap, though 8 lines are queued
+    # Interactive calls of the same matter are admitted up to their own cap, as if no batch ran.
+    for _ in range(2):
+        response = owner.api.post("/api/v1/generations", INTERACTIVE, format="json")
+        assert response.status_code == 202, response.json()
+    response = owner.api.post("/api/v1/generations", INTERACTIVE, format="json")
+    assert response.status_code == 429  # the third meets PATHFINDER_MATTER_MAX_QUEUED, as ever
+    # While an interactive job is queued no further line is sent, even with room under the cap.
+    first = sent.first()
+    job_run(job_id=first.pk)
+    batches.batch_line_ended(first.pk)
+    assert sent.count() == 3
+    for job in GenerationJob.objects.filter(batch_line__isnull=True):
+        job_run(job_id=job.pk)
+    batches.batches_feed()
+    assert sent.exclude(status__in=GenerationJob.FINISHED).count() == 3
+
+
+def test_a_line_goes_out_below_every_interactive_job(
+    owner, sent_jobs, django_capture_on_commit_callbacks
+):
+    file_id = upload(owner, line("a")).json()["id"]
+    create(owner, file_id)
+    with django_capture_on_commit_callbacks(execute=True):
+        batches.batches_advance()
+        job, _ = job_submit(matter=owner.key.matter, api_key=owner.key, **INTERACTIVE)
+    line_job = BatchLine.objects.get().job
+    priorities = dict(zip(sent_jobs, sent_jobs.priorities, strict=True))
+    assert priorities[str(line_job.pk)] == 9
+    assert priorities[str(job.pk)] < 9
+
+
+def test_expansion_resumes_where_it_stopped_and_makes_no_line_twice(owner, monkeypatch):
+    monkeypatch.setattr(batches, "_CHUNK", 3)
+    file_id = upload(owner, "\n".join(line(f"d{i}") for i in range(10))).json()["id"]
+    batch_id = create(owner, file_id).json()["id"]
+    # A worker that dies after its first chunk: the budget runs out after one transaction.
+    batches._expand(batch_id, deadline=0)
+    assert Batch.objects.get(pk=batch_id).lines_expanded == 3
+    assert Batch.objects.get(pk=batch_id).status == "validating"
+    batches.batches_advance()
+    batches.batches_advance()  # a second delivery of the same work
+    lines = BatchLine.objects.filter(batch_id=batch_id)
+    assert sorted(lines.values_list("line", flat=True)) == list(range(1, 11))
+    assert GenerationJob.objects.filter(batch_line__batch_id=batch_id).count() == 10
+    assert Batch.objects.get(pk=batch_id).status == "in_progress"
+
+
+def test_cancel_stops_the_queued_lines_and_ends_with_the_files_of_what_finished(owner):
+    file_id = upload(owner, "\n".join(line(f"d{i}") for i in range(4))).json()["id"]
+    batch_id = create(owner, file_id).json()["id"]
+    batches.batches_advance()
+    first = BatchLine.objects.get(batch_id=batch_id, line=1).job
+    job_run(job_id=first.pk)
+    cancelling = owner.api.post(f"/v1/batches/{batch_id}/cancel").json()
+    assert cancelling["status"] == "cancelling" and cancelling["cancelling_at"]
+    batches.batches_advance()
+    done = owner.api.get(f"/v1/batches/{batch_id}").json()
+    assert done["status"] == "cancelled" and done["cancelled_at"]
+    assert done["request_counts"] == {"total": 4, "completed": 1, "failed": 3}
+    assert [r["custom_id"] for r in content(owner, done["output_file_id"])] == ["d0"]
+    errors = content(owner, done["error_file_id"])
+    assert {r["error"]["code"] for r in errors} == {"batch_cancelled"}
+    assert all(r["response"] is None for r in errors)
+    again = owner.api.post(f"/v1/batches/{batch_id}/cancel")
+    assert again.status_code == 409 and again.json()["error"]["type"] == "conflict_error"
+    assert GenerationJob.objects.filter(status="queued").count() == 0
+
+
+def test_a_batch_past_its_window_expires_with_its_unrun_lines_in_the_error_file(owner):
+    file_id = upload(owner, "\n".join(line(f"d{i}") for i in range(3))).json()["id"]
+    batch_id = create(owner, file_id).json()["id"]
+    batches.batches_advance()
+    first = BatchLine.objects.get(batch_id=batch_id, line=1).job
+    job_run(job_id=first.pk)
+    Batch.objects.filter(pk=batch_id).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    batches.batches_advance()
+    done = owner.api.get(f"/v1/batches/{batch_id}").json()
+    assert done["status"] == "expired" and done["expired_at"]
+    assert done["request_counts"] == {"total": 3, "completed": 1, "failed": 2}
+    assert {r["error"]["code"] for r in content(owner, done["error_file_id"])} == {"batch_expired"}
+
+
+def test_reading_needs_read_and_writing_needs_generate(owner, db):
+    from tests.cast import application
+
+    reader = application("Doe v. Roe", "reader")
+    reader.key.scopes = ["read"]
+    reader.key.save()
+    assert upload(reader, line("a")).status_code == 403
+    assert reader.api.get("/v1/batches").status_code == 200
