@@ -58,11 +58,12 @@ def matter_export(
     selection: MatterSelection,
     trail_ids: Sequence[uuid.UUID],
     outside: Sequence[uuid.UUID] = (),
+    outside_reason: str = OUTSIDE,
     out: Path | str,
 ) -> MatterExport:
     """Write the bundle of the trails `trail_ids` (the selection's, every attempt) to `out`.
     `outside`: the matter's other trails, which its tags let an examiner find in the log, so
-    those the checkpoint covers are listed as left out."""
+    those the checkpoint covers are listed as left out, for `outside_reason`."""
     checkpoint = latest_checkpoint(log_size())
     if checkpoint is None:
         raise ExportError("no signed checkpoint yet: beat signs one within a minute of a seal")
@@ -91,7 +92,7 @@ def matter_export(
     for trail in sorted(
         Trail.objects.filter(id__in=sealed_outside), key=lambda t: sealed_outside[t.id]
     ):
-        left_out.append(_left_out(trail, OUTSIDE))
+        left_out.append(_left_out(trail, outside_reason))
     included.sort(key=lambda item: item[0])  # log order
     tree = tiles.Tiles(size)
     evidence, listed = [], []

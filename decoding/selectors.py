@@ -136,5 +136,12 @@ def matter_trail_ids(
     return list(trails.values_list("id", flat=True))
 
 
+def batch_trail_ids(batch_id: str) -> list[uuid.UUID]:
+    """Every trail (every attempt) of a batch's lines' jobs: what a batch's bundle produces."""
+    jobs = GenerationJob.objects.filter(batch_line__batch_id=batch_id)
+    trails = Trail.objects.filter(job_id__in=jobs.values("id")).order_by("id")
+    return list(trails.values_list("id", flat=True))
+
+
 def start_of_day(day: datetime.date) -> datetime.datetime:
     return datetime.datetime.combine(day, datetime.time.min, tzinfo=datetime.UTC)

@@ -16,8 +16,8 @@ from audit.models import Trail
 from audit.store import trail_seal
 from decoding import admission, delivery, events, lifecycle
 from decoding.job_input import JobInput, job_input
-from decoding.models import ApiKey, GenerationJob, Matter, Replay
-from decoding.selectors import matter_trail_ids
+from decoding.models import ApiKey, Batch, GenerationJob, Matter, Replay
+from decoding.selectors import batch_trail_ids, matter_trail_ids
 
 logger = logging.getLogger(__name__)
 
@@ -268,6 +268,21 @@ def matter_bundle_export(
     trail_ids = matter_trail_ids(matter, since=since, until=until)
     outside = set(matter_trail_ids(matter)) - set(trail_ids)
     return matter_export(selection=selection, trail_ids=trail_ids, outside=sorted(outside), out=out)
+
+
+def batch_bundle_export(*, batch: Batch, out) -> MatterExport:
+    """A batch produced as one matter bundle (the existing format): every trail of its lines'
+    jobs, and the matter's other trails listed as left out, outside the batch."""
+    selection = MatterSelection(matter=batch.matter.name)
+    trail_ids = batch_trail_ids(batch.pk)
+    outside = set(matter_trail_ids(batch.matter)) - set(trail_ids)
+    return matter_export(
+        selection=selection,
+        trail_ids=trail_ids,
+        outside=sorted(outside),
+        outside_reason=f"outside the selection: not a line of batch {batch.pk}",
+        out=out,
+    )
 
 
 def replay_request(*, job: GenerationJob, user=None) -> Replay:

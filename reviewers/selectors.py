@@ -26,8 +26,9 @@ from django.shortcuts import get_object_or_404
 from audit.evidence import binding
 from audit.models import DecisionRecord, Trail, VerificationRun
 from audit.selectors import trail_decision, trail_decisions
+from decoding.batches import request_counts
 from decoding.claims import job_claim
-from decoding.models import GenerationJob, Matter, Replay
+from decoding.models import Batch, BatchLine, GenerationJob, Matter, Replay
 from decoding.selectors import job_decisions, start_of_day
 
 from .models import Annotation, CustodyEvent, SignOff, TrailVerification
@@ -49,6 +50,34 @@ def job_get_for(*, user, job_id: uuid.UUID) -> GenerationJob:
     return get_object_or_404(
         job_queryset_for(user=user).select_related("matter", "model_spec"), pk=job_id
     )
+
+
+def batch_list_for(*, user) -> list[tuple[Batch, dict]]:
+    """The batches of the reviewer's matters, newest first, each with its request_counts."""
+    found = (
+        Batch.objects.filter(matter__grants__user=user)
+        .select_related("matter")
+        .annotate(lines_total=F("input_file__line_count"))[:200]
+    )
+    return [(batch, request_counts(batch)) for batch in found]
+
+
+def batch_get_for(*, user, batch_id: str) -> Batch:
+    batches = Batch.objects.select_related("matter").annotate(
+        lines_total=F("input_file__line_count")
+    )
+    return get_object_or_404(batches, pk=batch_id, matter__grants__user=user)
+
+
+def batch_lines(batch: Batch, page: int) -> Page:
+    """A page of the batch's lines in file order, each with its job (None: refused)."""
+    start = (page - 1) * PAGE_SIZE
+    rows = list(
+        BatchLine.objects.filter(batch=batch)
+        .select_related("job")
+        .order_by("line")[start : start + PAGE_SIZE + 1]
+    )
+    return Page(rows=rows[:PAGE_SIZE], number=page, has_next=len(rows) > PAGE_SIZE)
 
 
 def replay_get_for(*, user, replay_id: uuid.UUID) -> Replay:

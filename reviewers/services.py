@@ -18,8 +18,8 @@ from audit.export import ExportError, trail_export
 from audit.models import LedgerEntry
 from audit.verification import verify_trails
 from decoding.admission import OverCapacity
-from decoding.models import GenerationJob, Matter, Replay
-from decoding.services import matter_bundle_export, replay_request
+from decoding.models import Batch, GenerationJob, Matter, Replay
+from decoding.services import batch_bundle_export, matter_bundle_export, replay_request
 
 from .custody_chain import custody_append, custody_view
 from .models import Annotation, CustodyEvent, MatterGrant, SignOff, TrailVerification
@@ -168,6 +168,31 @@ def matter_export(*, user, matter: Matter, since, until) -> Bundle:
             "matter": matter.name,
             "since": since.isoformat() if since else None,
             "until": until.isoformat() if until else None,
+            "trails": export.trail_ids,
+            "left_out": export.left_out,
+            "tree_size": export.tree_size,
+            "filename": bundle.filename,
+            "bytes": bundle.size,
+            "sha256": bundle.sha256,
+        },
+    )
+    return bundle
+
+
+def batch_export(*, user, batch: Batch) -> Bundle:
+    """A batch produced as one matter bundle (decoding.services.batch_bundle_export), and its
+    custody event naming the batch, every trail and the SHA-256."""
+    if not MatterGrant.objects.filter(user=user, matter_id=batch.matter_id).exists():
+        raise PortalRefusal(f"you are not a reviewer of matter {batch.matter.name!r}", status=403)
+    bundle, export = _written(
+        lambda path: batch_bundle_export(batch=batch, out=path), f"pathfinder-{batch.pk}.zip"
+    )
+    custody_append(
+        user=user,
+        action=CustodyEvent.Action.EXPORT_MATTER,
+        detail={
+            "matter": batch.matter.name,
+            "batch": batch.pk,
             "trails": export.trail_ids,
             "left_out": export.left_out,
             "tree_size": export.tree_size,

@@ -17,6 +17,9 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/sign-off", views.job_sign_off, name="sign_off"),
     path("replays/<uuid:replay_id>", views.replay_status, name="replay"),
     path("matters/export", views.matter_export, name="matter_export"),
+    path("batches/", views.batch_list, name="batches"),
+    path("batches/<str:batch_id>/", views.batch_detail, name="batch"),
+    path("batches/<str:batch_id>/export", views.batch_export, name="batch_export"),
     path("verify", views.bundle_verify, name="verify_bundle"),
     path("custody/", views.custody_log, name="custody"),
 ]

@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from audit.evidence import descriptive
+from decoding.batches import request_counts
 
 from . import charts, selectors, services
 from .custody_chain import custody_chain_pending, custody_verify
@@ -219,6 +220,41 @@ def matter_export(request):
     except services.PortalRefusal as exc:
         messages.error(request, str(exc))
         return redirect(reverse("reviewers:trails") + "#produce")
+    return _zip_response(bundle)
+
+
+@login_required
+@require_GET
+def batch_list(request):
+    context = {"batches": selectors.batch_list_for(user=request.user)}
+    return render(request, "reviewers/batch_list.html", context)
+
+
+@login_required
+@require_GET
+def batch_detail(request, batch_id: str):
+    batch = selectors.batch_get_for(user=request.user, batch_id=batch_id)
+    try:
+        page = max(int(request.GET.get("page") or 1), 1)
+    except ValueError:
+        return _bad_request(request, "page: must be a whole number")
+    context = {
+        "batch": batch,
+        "counts": request_counts(batch),
+        "page": selectors.batch_lines(batch, page),
+    }
+    return render(request, "reviewers/batch_detail.html", context)
+
+
+@login_required
+@require_POST  # it appends a custody event, as a matter's export does
+def batch_export(request, batch_id: str):
+    batch = selectors.batch_get_for(user=request.user, batch_id=batch_id)
+    try:
+        bundle = services.batch_export(user=request.user, batch=batch)
+    except services.PortalRefusal as exc:
+        messages.error(request, str(exc))
+        return redirect(reverse("reviewers:batch", args=[batch.pk]) + "#produce")
     return _zip_response(bundle)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import zipfile
 
 import pytest
 from django.utils import timezone
@@ -337,3 +338,59 @@ def test_reading_needs_read_and_writing_needs_generate(owner, db):
     reader.key.save()
     assert upload(reader, line("a")).status_code == 403
     assert reader.api.get("/v1/batches").status_code == 200
+
+
+# --- The desk: a reviewer follows a batch and produces it as one matter bundle ----------------
+
+
+def test_the_desk_lists_a_batch_with_its_progress_and_links_each_line_to_its_trail(owner):
+    from tests.cast import grant, logged_in
+
+    reviewer = logged_in(grant("rita", "Doe v. Roe"))
+    file_id = upload(owner, "\n".join([line("d0"), line("d1"), "not json"])).json()["id"]
+    batch_id = create(owner, file_id).json()["id"]
+    batches.batches_advance()
+    first = BatchLine.objects.get(batch_id=batch_id, line=1).job
+    job_run(job_id=first.pk)
+    page = reviewer.get("/portal/batches/").content.decode()
+    assert batch_id in page and 'value="2" max="3"' in page  # one answered, one refused, of 3
+    assert "1 answered" in page and "1 failed" in page
+    detail = reviewer.get(f"/portal/batches/{batch_id}/").content.decode()
+    assert f'href="/portal/jobs/{first.pk}/"' in detail
+    assert "refused (400)" in detail and "JSON parse error" in detail
+    assert reviewer.get(f"/portal/jobs/{first.pk}/").status_code == 200
+
+
+def test_a_reviewer_of_another_matter_sees_no_batch_of_this_one(owner):
+    from tests.cast import grant, logged_in
+
+    stranger = logged_in(grant("otto", "Other v. Matter"))
+    batch_id = create(owner, upload(owner, line("a")).json()["id"]).json()["id"]
+    assert batch_id not in stranger.get("/portal/batches/").content.decode()
+    assert stranger.get(f"/portal/batches/{batch_id}/").status_code == 404
+    assert stranger.post(f"/portal/batches/{batch_id}/export").status_code == 404
+
+
+def test_a_batch_is_produced_as_one_matter_bundle_that_verifies_offline(owner, beat, run_job):
+    from audit.evidence.bundle_format import MATTER
+    from audit.evidence.offline_verify import verify_bundle
+    from audit.keys import signing_key
+    from reviewers.models import CustodyEvent
+    from tests.cast import grant, logged_in
+
+    reviewer = logged_in(grant("rita", "Doe v. Roe"))
+    outside = run_job()  # the matter's own job, not a line of the batch
+    done = run_batch(owner, [line("d0"), line("d1", prompt=(8, 8))])
+    beat()
+    response = reviewer.post(f"/portal/batches/{done['id']}/export")
+    assert response.status_code == 200, response.content[:300]
+    data = b"".join(response.streaming_content)
+    assert verify_bundle(data, keys=[signing_key().verifier]) == []
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        doc = json.loads(archive.read(MATTER))
+    lines = GenerationJob.objects.filter(batch_line__batch_id=done["id"])
+    assert {t["trail_id"] for t in doc["trails"]} == {str(j.trail_id) for j in lines}
+    (left,) = doc["left_out"]
+    assert left["trail_id"] == str(outside.trail_id) and done["id"] in left["reason"]
+    detail = json.loads(CustodyEvent.objects.get(action="export_matter").detail)
+    assert detail["batch"] == done["id"] and detail["sha256"] == response["X-Content-SHA256"]

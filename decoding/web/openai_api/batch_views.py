@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.parsers import FormParser, MultiPartParser
@@ -131,10 +132,15 @@ class FileDetail(OpenAIView):
 
 
 class FileContent(OpenAIView):
+    def perform_content_negotiation(self, request, force=False):
+        # The body is the file's bytes whatever is asked (the openai client asks for
+        # application/binary); errors still answer JSON.
+        return super().perform_content_negotiation(request, force=True)
+
     @extend_schema(
         operation_id="files_content",
         summary="A file's bytes: an input as uploaded, or a batch's output or errors (JSONL)",
-        responses={(200, "application/jsonl"): bytes, **errors(401, 403, 404, 429)},
+        responses={(200, "application/jsonl"): OpenApiTypes.BINARY, **errors(401, 403, 404, 429)},
     )
     def get(self, request, file_id: str):
         stored = _file(request, file_id)
