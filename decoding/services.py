@@ -123,27 +123,12 @@ def job_submit(
 
 
 def batch_job_create(
-    *,
-    matter: Matter,
-    api_key: ApiKey | None,
-    model: str | None = None,
-    prompt: str | None = None,
-    messages: list[dict] | None = None,
-    prompt_token_ids: list[int] | None = None,
-    stop: list[str] | None = None,
-    **given,
+    *, matter: Matter, api_key: ApiKey | None, stop=None, **request
 ) -> GenerationJob:
-    """A batch line's job (decoding.batches), checked as job_submit checks a request
+    """A batch line's job (decoding.batches), its request checked as job_submit checks one
     (InvalidInput naming the field), stored queued and not yet sent: the batch feeder sends it,
     so it meets its own cap (PATHFINDER_BATCH_MAX_QUEUED) rather than the matter's."""
-    checked = job_input(
-        model=model,
-        prompt=prompt,
-        messages=messages,
-        prompt_token_ids=prompt_token_ids,
-        **given,
-    )
-    return _job_create(checked, matter=matter, api_key=api_key, stop=stop)
+    return _job_create(job_input(**request), matter=matter, api_key=api_key, stop=stop)
 
 
 def _job_create(checked: JobInput, *, stop: list[str] | None, **fields) -> GenerationJob:
