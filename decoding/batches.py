@@ -191,7 +191,7 @@ def batch_line_ended(job_id) -> None:
         if batch_id is None:
             return
         batches_feed()
-        if batch_id in _closable(batch_id):
+        if not _unfinished_jobs(batch_id).exists() and batch_id in _closable(batch_id):
             _close(batch_id)
     except DatabaseError as exc:  # beat's next advance does it
         logger.warning(
