@@ -681,11 +681,13 @@ def test_every_reviewer_action_is_chained_in_the_custody_log(run_job, reviewer, 
     assert "verified through seq 6 by an earlier check" in page  # only what is new is walked
 
 
-def test_every_portal_write_leaves_a_custody_event(run_job, reviewer, beat):
+def test_every_portal_write_leaves_a_custody_event(run_job, owner, reviewer, beat):
     """Every URL of the portal that takes a POST, found from its URL patterns (a new one must
     be listed here with a body), appends at least one event to the custody log."""
     job = run_job(max_tokens=12)
+    batch = _finished_batch(owner)
     beat()
+    ids = {"job_id": job.id, "replay_id": job.id, "batch_id": batch.pk}
     bodies = {
         "verify": {},
         "replay_start": {},
@@ -693,10 +695,11 @@ def test_every_portal_write_leaves_a_custody_event(run_job, reviewer, beat):
         "annotate": {"text": "Checked against the exhibit.", "step": "0"},
         "sign_off": {},
         "matter_export": {"export-matter": job.matter_id},
+        "batch_export": {},
     }
     writes = {}
     for pattern in reviewer_urls.urlpatterns:
-        kwargs = {name: job.id for name in pattern.pattern.converters}
+        kwargs = {name: ids[name] for name in pattern.pattern.converters}
         url = reverse(f"reviewers:{pattern.name}", kwargs=kwargs)
         if reviewer.get(url).status_code == 405:  # a view that only takes a POST
             writes[pattern.name] = url
@@ -709,6 +712,24 @@ def test_every_portal_write_leaves_a_custody_event(run_job, reviewer, beat):
         assert response.status_code < 400, (name, response.status_code)
         assert CustodyEvent.objects.count() > before, f"{name} left no custody event"
     assert custody_verify()[0].ok
+
+
+def _finished_batch(owner):
+    """A one-line batch of the owner's matter, decoded as a worker would."""
+    from decoding import batches
+
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/completions",
+            "body": {"model": "stub", "prompt": [1, 2, 3], "max_tokens": 4}}  # fmt: skip
+    stored = batches.file_upload(matter=owner.key.matter, api_key=owner.key, filename="a.jsonl",
+                                 data=json.dumps(line).encode(), purpose="batch")  # fmt: skip
+    batch = batches.batch_create(matter=owner.key.matter, api_key=owner.key,
+                                 input_file_id=stored.pk, endpoint="/v1/completions",
+                                 completion_window="24h")  # fmt: skip
+    batches.batches_advance()
+    job = GenerationJob.objects.get(batch_line__batch=batch)
+    job_run(job_id=job.pk)
+    batches.batch_line_ended(job.pk)
+    return batch
 
 
 def test_a_view_never_waits_for_the_custody_chain_and_is_chained_after(run_job, reviewer):
