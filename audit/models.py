@@ -203,6 +203,8 @@ class TaskLock(models.Model):
     name = models.CharField(max_length=100, primary_key=True)
     holder = models.CharField(max_length=200, blank=True)
     locked_until = models.DateTimeField()
+    # Set by a runner that found the lease held (locks.run_coalesced): the holder runs once more.
+    asked_again = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return f"{self.name} (held by {self.holder or 'nobody'} until {self.locked_until})"

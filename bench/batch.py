@@ -73,20 +73,36 @@ def requests_for(count: int, max_tokens: int) -> list[dict]:
     return lines
 
 
-def run_batch(base: str, key: str, bodies: list[dict]) -> dict:
-    headers = {"Authorization": f"Bearer {key}"}
+def batch_submit(base: str, headers: dict, bodies: list[dict]) -> dict:
+    """A batch over `bodies` (/v1/completions lines l0, l1, ...) uploaded and created."""
     text = "".join(
         json.dumps({"custom_id": f"l{i}", "method": "POST", "url": "/v1/completions", "body": b})
         + "\n"
         for i, b in enumerate(bodies)
     )
-    started = time.monotonic()
     upload = requests.post(f"{base}/v1/files", headers=headers, timeout=120,
                            files={"file": ("bench.jsonl", io.BytesIO(text.encode()))},
                            data={"purpose": "batch"}).json()  # fmt: skip
-    batch = requests.post(f"{base}/v1/batches", headers=headers, timeout=60,
-                          json={"input_file_id": upload["id"], "endpoint": "/v1/completions",
-                                "completion_window": "24h"}).json()  # fmt: skip
+    return requests.post(f"{base}/v1/batches", headers=headers, timeout=60,
+                         json={"input_file_id": upload["id"], "endpoint": "/v1/completions",
+                               "completion_window": "24h"}).json()  # fmt: skip
+
+
+def on_fresh_stack(way, threads: int) -> dict:
+    """way(base, key) on a stack of its own: a worker keeps the prompts' KV states and drafts
+    from the matter's earlier answers, which would favour whichever way ran later."""
+    with tempfile.TemporaryDirectory() as logs:
+        stack = Stack(Path(logs), threads=threads, workers=("w1",), sequences=8)
+        try:
+            return way(stack.base, stack.start())
+        finally:
+            stack.stop()
+
+
+def run_batch(base: str, key: str, bodies: list[dict]) -> dict:
+    headers = {"Authorization": f"Bearer {key}"}
+    started = time.monotonic()
+    batch = batch_submit(base, headers, bodies)
     while batch["status"] not in ("completed", "failed", "expired", "cancelled"):
         time.sleep(0.5)
         batch = requests.get(f"{base}/v1/batches/{batch['id']}", headers=headers, timeout=30).json()
@@ -193,14 +209,7 @@ def main() -> None:
     ]
     before, results = load_average(), []
     for way in ways:
-        # A fresh stack for each way: a worker keeps the prompts' KV states and drafts from the
-        # matter's earlier answers, which would favour whichever way ran later.
-        with tempfile.TemporaryDirectory() as logs:
-            stack = Stack(Path(logs), threads=args.threads, workers=("w1",), sequences=8)
-            try:
-                results.append(way(stack.base, stack.start()))
-            finally:
-                stack.stop()
+        results.append(on_fresh_stack(way, args.threads))
         print(json.dumps(results[-1]), flush=True)
     after = load_average()
     report = {

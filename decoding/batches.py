@@ -24,10 +24,10 @@ from collections import defaultdict
 from celery import current_app
 from django.conf import settings
 from django.db import DatabaseError, transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
-from decoding import admission, delivery, services
+from decoding import admission, delivery, events, lifecycle, services
 from decoding.job_input import InvalidInput
 from decoding.models import ApiKey, Batch, BatchFile, BatchLine, GenerationJob, Matter
 from decoding.web.openai_api import batch_shapes
@@ -45,11 +45,16 @@ ADVANCE_BATCHES = "decoding.advance_batches"  # the task decoding.tasks.advance_
 COMPLETION_WINDOWS = {"24h": dt.timedelta(hours=24)}  # OpenAI's one window
 _CHUNK = 100  # lines made into jobs per transaction
 Status = Batch.Status
-_RUNNING = (Status.VALIDATING, Status.IN_PROGRESS, Status.FINALIZING, Status.CANCELLING)
+_UNFINISHED = (GenerationJob.Status.QUEUED, GenerationJob.Status.RUNNING)  # an index can find
+_CLOSING = (Status.IN_PROGRESS, Status.FINALIZING, Status.CANCELLING)  # may end once drained
 
 
 class FileTooLarge(Exception):
     """An upload over PATHFINDER_BATCH_MAX_FILE_BYTES (413, naming `file`)."""
+
+
+class FileInUse(Exception):
+    """A batch names the file (409): it is kept as long as the batch."""
 
 
 class BatchEnded(Exception):
@@ -97,6 +102,19 @@ def file_upload(
         bytes=len(data),
         line_count=len(lines),
     )
+
+
+def file_delete(*, stored: BatchFile) -> None:
+    """Delete a file no batch names. A batch's input, output or error file is kept as long as
+    the batch (FileInUse): it is the batch's record of what was asked and answered."""
+    with transaction.atomic():
+        users = Batch.objects.select_for_update().filter(
+            Q(input_file=stored) | Q(output_file=stored) | Q(error_file=stored)
+        )
+        batch_id = users.values_list("pk", flat=True).first()
+        if batch_id is not None:
+            raise FileInUse(f"the file is a file of batch {batch_id}, and is kept with it")
+        stored.delete()
 
 
 def input_lines(data: bytes) -> list[tuple[int, str]]:
@@ -191,7 +209,10 @@ def batch_line_ended(job_id) -> None:
         if batch_id is None:
             return
         batches_feed()
-        if not _unfinished_jobs(batch_id).exists() and batch_id in _closable(batch_id):
+        batch = Batch.objects.only("status", "sent_through_line").get(pk=batch_id)
+        if batch.status == Status.IN_PROGRESS and _unsent(batch).exists():
+            return  # lines wait to be sent: the batch cannot close (read by index, not a scan)
+        if not _unfinished_jobs(batch_id).exists():
             _close(batch_id)
     except DatabaseError as exc:  # beat's next advance does it
         logger.warning(
@@ -246,10 +267,9 @@ def _line_create(batch: Batch, number: int, text: str) -> None:
     BatchLine.objects.create(batch=batch, line=number, custom_id=checked.custom_id, refusal=refusal)
 
 
-def _unfinished_jobs(batch_id: str):
-    return GenerationJob.objects.filter(batch_line__batch_id=batch_id).exclude(
-        status__in=GenerationJob.FINISHED
-    )
+def _unfinished_jobs(batch_id):
+    """The batch's lines' jobs not yet ended (`batch_id` a pk, or OuterRef for a subquery)."""
+    return GenerationJob.objects.filter(batch_line__batch_id=batch_id, status__in=_UNFINISHED)
 
 
 def _stop_ending() -> int:
@@ -268,10 +288,16 @@ def _stop_ending() -> int:
     stopping = Batch.objects.filter(
         Q(status=Status.CANCELLING) | Q(status=Status.FINALIZING, expired_at__isnull=False)
     )
-    stopped = 0
-    for job in GenerationJob.objects.filter(
+    jobs = GenerationJob.objects.filter(
         batch_line__batch__in=stopping, cancel_requested_at__isnull=True
-    ).exclude(status__in=GenerationJob.FINISHED):
+    ).exclude(status__in=GenerationJob.FINISHED)
+    # The lines never sent (most of a large batch) in one UPDATE; the few sent one by one, as a
+    # worker may be running them.
+    unsent = list(jobs.filter(enqueued_at=None).values_list("pk", flat=True))
+    stopped = lifecycle.queued_cancel_all(unsent)
+    for job_id in unsent:  # a caller following a line's job by id sees it end
+        events.publish(job_id)
+    for job in jobs.exclude(enqueued_at=None):
         services.job_cancel_quietly(job=job)
         stopped += 1
     return stopped
@@ -292,36 +318,53 @@ def batches_feed() -> int:
             return 0
         if admission.interactive_jobs().filter(status=GenerationJob.Status.QUEUED).exists():
             return 0
-        in_flight = (
-            GenerationJob.objects.filter(batch_line__isnull=False, enqueued_at__isnull=False)
-            .exclude(status__in=GenerationJob.FINISHED)
-            .count()
-        )
+        in_flight = GenerationJob.objects.filter(
+            batch_line__isnull=False, enqueued_at__isnull=False, status__in=_UNFINISHED
+        ).count()
         free = settings.PATHFINDER_BATCH_MAX_QUEUED - in_flight
         if free <= 0:
             return 0
-        waiting: dict[int, list[GenerationJob]] = defaultdict(list)
+        waiting: dict[int, list[tuple[Batch, int, str]]] = defaultdict(list)
         for batch in active:
             if len(waiting[batch.matter_id]) < free:
-                waiting[batch.matter_id] += GenerationJob.objects.filter(
-                    batch_line__batch=batch, status=GenerationJob.Status.QUEUED, enqueued_at=None
-                ).order_by("batch_line__line")[:free]
-        picked: list[GenerationJob] = []
+                waiting[batch.matter_id] += [
+                    (batch, number, job_id) for number, job_id in _unsent(batch)[:free]
+                ]
+        picked: list[tuple[Batch, int, str]] = []
         while len(picked) < free and any(waiting.values()):
-            for jobs in waiting.values():
-                if jobs and len(picked) < free:
-                    picked.append(jobs.pop(0))
+            for lines in waiting.values():
+                if lines and len(picked) < free:
+                    picked.append(lines.pop(0))
         # Marked sent in this transaction (the next feeder counts them); the messages go after
         # it commits. One the broker did not take is found by the recovery sweep and sent again.
-        GenerationJob.objects.filter(pk__in=[job.pk for job in picked]).update(
-            enqueued_at=timezone.now()
-        )
-        transaction.on_commit(lambda: _send(picked))
+        job_ids = [job_id for _, _, job_id in picked]
+        GenerationJob.objects.filter(pk__in=job_ids).update(enqueued_at=timezone.now())
+        for batch, number, _ in picked:  # in file order within a batch: the last one stays
+            batch.sent_through_line = number
+        for batch in {batch.pk: batch for batch, _, _ in picked}.values():
+            batch.save(update_fields=["sent_through_line"])
+        transaction.on_commit(lambda: _send(job_ids))
     return len(picked)
 
 
-def _send(jobs: list[GenerationJob]) -> None:
-    for job in jobs:
+def _unsent(batch: Batch):
+    """(line, job id) of the batch's lines not yet sent, in file order, read on from the
+    feeder's place by the (batch, line) index."""
+    return (
+        BatchLine.objects.filter(
+            batch=batch,
+            line__gt=batch.sent_through_line,
+            job__status=GenerationJob.Status.QUEUED,
+            job__enqueued_at=None,
+        )
+        .order_by("line")
+        .values_list("line", "job_id")
+    )
+
+
+def _send(job_ids: list[str]) -> None:
+    jobs = GenerationJob.objects.filter(pk__in=job_ids).only("pk", "matter_id")
+    for job in sorted(jobs, key=lambda job: job_ids.index(job.pk)):
         try:
             delivery.send(job)
         except Exception as exc:
@@ -330,19 +373,11 @@ def _send(jobs: list[GenerationJob]) -> None:
             return
 
 
-def _closable(batch_id: str | None = None) -> list[str]:
-    """Batches with every line made and none of their jobs unfinished."""
-    batches = Batch.objects.filter(
-        Q(status=Status.IN_PROGRESS) | Q(status=Status.CANCELLING) | Q(status=Status.FINALIZING)
-    )
-    if batch_id is not None:
-        batches = batches.filter(pk=batch_id)
-    unfinished = Count(
-        "lines",
-        filter=Q(lines__job__isnull=False) & ~Q(lines__job__status__in=GenerationJob.FINISHED),
-    )
+def _closable() -> list[str]:
+    """Batches past validating (or cancelled in it) with none of their lines' jobs unfinished."""
+    batches = Batch.objects.filter(status__in=_CLOSING)
     return list(
-        batches.annotate(unfinished=unfinished).filter(unfinished=0).values_list("pk", flat=True)
+        batches.exclude(Exists(_unfinished_jobs(OuterRef("pk")))).values_list("pk", flat=True)
     )
 
 
@@ -350,7 +385,7 @@ def _close(batch_id: str) -> int:
     """Write the batch's output and error files and end it: completed, cancelled or expired."""
     with transaction.atomic():
         batch = Batch.objects.select_for_update().get(pk=batch_id)
-        if batch.status not in _RUNNING or _unfinished_jobs(batch_id).exists():
+        if batch.status not in _CLOSING or _unfinished_jobs(batch_id).exists():
             return 0
         now = timezone.now()
         if batch.status == Status.CANCELLING:

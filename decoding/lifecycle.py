@@ -14,6 +14,7 @@ import datetime as dt
 import uuid
 
 from django.conf import settings
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from decoding.models import GenerationJob
@@ -32,13 +33,17 @@ class IllegalTransition(ValueError):
 
 
 def _move(job_id: uuid.UUID, *, leaving: tuple[str, ...], to: str, attempt=None, **fields) -> bool:
+    rows = GenerationJob.objects.filter(pk=job_id)
+    if attempt is not None:
+        rows = rows.filter(attempts=attempt)
+    return bool(_move_rows(rows, leaving=leaving, to=to, **fields))
+
+
+def _move_rows(rows: QuerySet, *, leaving: tuple[str, ...], to: str, **fields) -> int:
     for source in leaving:
         if to not in ALLOWED.get(source, ()):
             raise IllegalTransition(f"a job does not go from {source} to {to}")
-    rows = GenerationJob.objects.filter(pk=job_id, status__in=leaving)
-    if attempt is not None:
-        rows = rows.filter(attempts=attempt)
-    return bool(rows.update(status=to, **fields))
+    return rows.filter(status__in=leaving).update(status=to, **fields)
 
 
 def lease_until() -> dt.datetime:
@@ -141,6 +146,15 @@ def queue_failed(job_id: uuid.UUID) -> bool:
 def queued_cancel(job_id: uuid.UUID) -> bool:
     """A queued job cancelled before any attempt ran it."""
     return _move(job_id, leaving=(Status.QUEUED,), to=Status.CANCELLED, finished_at=timezone.now())
+
+
+def queued_cancel_all(job_ids: list[uuid.UUID]) -> int:
+    """Each of these jobs still queued cancelled before any attempt ran it, in one UPDATE (a
+    cancelled batch's unsent lines); returns how many."""
+    now = timezone.now()
+    rows = GenerationJob.objects.filter(pk__in=job_ids)
+    fields = {"cancel_requested_at": now, "finished_at": now}
+    return _move_rows(rows, leaving=(Status.QUEUED,), to=Status.CANCELLED, **fields)
 
 
 def failed_requeue(job_id: uuid.UUID) -> bool:

@@ -375,6 +375,9 @@ class Batch(models.Model):
     errors = models.JSONField(null=True, blank=True)
     # Input lines already made into BatchLines: a restarted expansion resumes here.
     lines_expanded = models.PositiveIntegerField(default=0)
+    # The input line through which the feeder has sent lines' jobs (lines go in file order): the
+    # next feed reads on from here, never over the lines already sent.
+    sent_through_line = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     expires_at = models.DateTimeField()
     in_progress_at = models.DateTimeField(null=True, blank=True)

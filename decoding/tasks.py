@@ -5,7 +5,7 @@ import uuid
 from celery import shared_task
 from django.conf import settings
 
-from audit.locks import run_exclusively
+from audit.locks import run_coalesced, run_exclusively
 from decoding.batches import ADVANCE_BATCHES, batch_line_ended, batches_advance
 from decoding.delivery import REPLAY_JOB, RUN_GENERATION
 from decoding.services import jobs_recover, trails_seal_orphaned
@@ -51,4 +51,4 @@ def replay_job(replay_id: str) -> None:
 def advance_batches() -> dict | None:
     """Beat's, and a kick's: batches' lines made into jobs and fed to the queue, ended batches
     closed with their files (decoding.batches)."""
-    return run_exclusively(ADVANCE_BATCHES, 60, batches_advance)
+    return run_coalesced(ADVANCE_BATCHES, 60, batches_advance)

@@ -13,6 +13,7 @@ import json
 import zipfile
 
 import pytest
+from django.db.models import Q
 from django.utils import timezone
 
 from audit.verification import verify_trails
@@ -316,6 +317,65 @@ def test_cancel_stops_the_queued_lines_and_ends_with_the_files_of_what_finished(
     assert GenerationJob.objects.filter(status="queued").count() == 0
 
 
+def test_cancel_stops_a_large_batchs_unsent_lines_at_once_and_its_sent_ones_singly(
+    owner, settings, sent_jobs
+):
+    settings.PATHFINDER_BATCH_MAX_QUEUED = 2
+    file_id = upload(owner, "\n".join(line(f"d{i}") for i in range(30))).json()["id"]
+    batch_id = create(owner, file_id).json()["id"]
+    batches.batches_advance()
+    lines = GenerationJob.objects.filter(batch_line__batch_id=batch_id)
+    assert lines.filter(enqueued_at__isnull=False).count() == 2
+    owner.api.post(f"/v1/batches/{batch_id}/cancel")
+    assert batches.batches_advance()["stopped"] == 30
+    done = owner.api.get(f"/v1/batches/{batch_id}").json()
+    assert done["status"] == "cancelled"
+    assert done["request_counts"] == {"total": 30, "completed": 0, "failed": 30}
+    assert set(lines.values_list("status", flat=True)) == {"cancelled"}
+    assert not lines.filter(Q(cancel_requested_at=None) | Q(finished_at=None)).exists()
+    assert len(content(owner, done["error_file_id"])) == 30
+    for job_id in sent_jobs:  # a sent line delivered after its cancel does not run
+        job_run(job_id=job_id)
+    assert set(lines.values_list("status", flat=True)) == {"cancelled"}
+
+
+def test_a_cancel_that_lands_while_an_advance_runs_ends_the_batch_in_that_advance(
+    owner, sent_jobs, monkeypatch
+):
+    """Its kick finds the advance's lease held; the advance runs once more rather than leaving
+    the batch cancelling until beat's next tick (a stack without beat: forever)."""
+    from decoding import tasks
+
+    file_id = upload(owner, "\n".join(line(f"d{i}") for i in range(6))).json()["id"]
+    batch_id = create(owner, file_id).json()["id"]
+    feed = batches.batches_feed
+
+    def cancel_mid_advance():
+        if Batch.objects.get(pk=batch_id).status == Batch.Status.IN_PROGRESS:
+            owner.api.post(f"/v1/batches/{batch_id}/cancel")
+            assert tasks.advance_batches() is None  # the cancel's kick: the lease is held
+        return feed()
+
+    monkeypatch.setattr(batches, "batches_feed", cancel_mid_advance)
+    tasks.advance_batches()
+    assert Batch.objects.get(pk=batch_id).status == Batch.Status.CANCELLED
+
+
+def test_a_file_no_batch_names_can_be_deleted_and_a_batchs_files_are_kept(owner, outsider):
+    spare = upload(owner, line("a")).json()["id"]
+    assert outsider.api.delete(f"/v1/files/{spare}").status_code == 404
+    deleted = owner.api.delete(f"/v1/files/{spare}")
+    assert deleted.json() == {"id": spare, "object": "file", "deleted": True}
+    assert owner.api.get(f"/v1/files/{spare}").status_code == 404
+    assert owner.api.delete(f"/v1/files/{spare}").status_code == 404
+    done = run_batch(owner, [line("a")])
+    for kept in (done["input_file_id"], done["output_file_id"]):
+        refused = owner.api.delete(f"/v1/files/{kept}")
+        assert refused.status_code == 409, refused.json()
+        assert done["id"] in refused.json()["error"]["message"]
+        assert owner.api.get(f"/v1/files/{kept}/content").status_code == 200
+
+
 def test_a_batch_past_its_window_expires_with_its_unrun_lines_in_the_error_file(owner):
     file_id = upload(owner, "\n".join(line(f"d{i}") for i in range(3))).json()["id"]
     batch_id = create(owner, file_id).json()["id"]
@@ -337,6 +397,8 @@ def test_reading_needs_read_and_writing_needs_generate(owner, db):
     reader.key.scopes = ["read"]
     reader.key.save()
     assert upload(reader, line("a")).status_code == 403
+    file_id = upload(owner, line("a")).json()["id"]
+    assert reader.api.delete(f"/v1/files/{file_id}").status_code == 403
     assert reader.api.get("/v1/batches").status_code == 200
 
 

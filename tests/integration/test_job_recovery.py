@@ -11,7 +11,7 @@ import redis
 from django.db.models import F
 from django.utils import timezone
 
-from audit.locks import lock_acquire, run_exclusively
+from audit.locks import lock_acquire, run_coalesced, run_exclusively
 from audit.models import LedgerEntry, Trail
 from audit.selectors import trail_clear_decisions
 from audit.store import trail_append, trail_open, trail_seal
@@ -236,6 +236,22 @@ def test_periodic_work_runs_once_while_its_lock_is_held(db):
     assert lock_acquire("audit.verify_all", 60)
     assert run_exclusively("audit.verify_all", 60, lambda: "ran") is None
     assert run_exclusively("audit.create_checkpoint", 60, lambda: "ran") == "ran"
+
+
+def test_a_wake_up_that_arrives_mid_run_is_run_after_it_not_dropped(db):
+    """The batches' advance is woken by events (a create, a cancel); one that arrives while an
+    advance runs finds the lease held, and must not be lost until the next beat tick."""
+    runs = []
+
+    def work():
+        runs.append(len(runs) + 1)
+        if len(runs) == 1:  # a cancel's kick lands while the first run holds the lease
+            assert run_coalesced("decoding.advance_batches", 60, work) is None
+        return len(runs)
+
+    assert run_coalesced("decoding.advance_batches", 60, work) == 2
+    assert runs == [1, 2]
+    assert run_coalesced("decoding.advance_batches", 60, work) == 3  # no ask left behind
 
 
 def test_an_operator_retries_a_failed_job_as_a_new_attempt(run_job, sent_jobs):

@@ -2,6 +2,7 @@
 
     POST /v1/files                   upload a batch input (multipart: file, purpose=batch)
     GET  /v1/files[/{id}[/content]]  list, retrieve, download (inputs, outputs, errors)
+    DELETE /v1/files/{id}            delete a file no batch names
     POST /v1/batches                 create a batch over an uploaded file
     GET  /v1/batches[/{id}]          list (cursor: after, limit), retrieve
     POST /v1/batches/{id}/cancel     cancel
@@ -26,7 +27,7 @@ from decoding.web.api.fields import RefusesUnknownFields, StrictCharField
 from decoding.web.api.parsers import JSONParser
 
 from .batch_shapes import batch_object, file_object
-from .schema import BatchOut, FileOut, ListOut, errors
+from .schema import BatchOut, FileDeletedOut, FileOut, ListOut, errors
 from .views import OpenAIView
 
 METADATA_KEYS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512  # OpenAI's limits
@@ -129,6 +130,19 @@ class FileDetail(OpenAIView):
     )
     def get(self, request, file_id: str):
         return Response(file_object(_file(request, file_id, defer=True)))
+
+    @extend_schema(
+        operation_id="files_delete",
+        summary="Delete a file no batch names (a batch's files are kept with it: 409)",
+        responses={200: FileDeletedOut, **errors(401, 403, 404, 409, 429)},
+    )
+    def delete(self, request, file_id: str):
+        stored = _file(request, file_id, defer=True)
+        try:
+            batches.file_delete(stored=stored)
+        except batches.FileInUse as exc:
+            raise Conflict(f"file_id: {exc}.") from exc
+        return Response({"id": file_id, "object": "file", "deleted": True})
 
 
 class FileContent(OpenAIView):

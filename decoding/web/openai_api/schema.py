@@ -138,6 +138,12 @@ class FileOut(serializers.Serializer):
     expires_at = serializers.IntegerField(allow_null=True)
 
 
+class FileDeletedOut(serializers.Serializer):
+    id = serializers.CharField()
+    object = serializers.CharField(help_text='"file"')
+    deleted = serializers.BooleanField()
+
+
 class RequestCountsOut(serializers.Serializer):
     total = serializers.IntegerField(help_text="input lines made into requests so far")
     completed = serializers.IntegerField()
