@@ -141,7 +141,7 @@ def markdown(report: dict) -> str:
         "sending the next line). Milliseconds.",
         "",
         "| lines | revision | ended | validating per line | line end, first 200 | "
-        "line end, last 200 | line end, mean | mean vs baseline |",
+        "line end, last 200 | line end, mean | mean vs baseline (lower: cheaper) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     base = {r["lines"]: r for r in report["baseline_results"]}
