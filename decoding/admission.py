@@ -74,12 +74,18 @@ def admit_replay(*, user) -> None:
         )
 
 
+def is_batch_line(job_id) -> bool:
+    """Whether the job is a batch line (decoding.batches): below every interactive job in the
+    queue, and in a worker's passes (decoding.engine.providers.llamacpp_batch)."""
+    return BatchLine.objects.filter(job_id=job_id).exists()
+
+
 def queue_priority(job: GenerationJob) -> int:
     """The job's place in the queue: how many other interactive jobs of its matter are queued or
     running (fewer go first), so a matter with a backlog cannot hold back another's first job by
     more than about one job. A batch line takes the last place, below every interactive job."""
     lowest = settings.PATHFINDER_QUEUE_PRIORITIES - 1  # Redis: 0 goes first
-    if BatchLine.objects.filter(job_id=job.pk).exists():
+    if is_batch_line(job.pk):
         return lowest
     in_flight = (
         interactive_jobs()

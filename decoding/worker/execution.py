@@ -96,10 +96,11 @@ def _run(job_id: uuid.UUID) -> None:
         # A stream's reader is told after each step's commit; other jobs' records batch.
         announce = (lambda: events.publish(job.id)) if job.stream else None
         head = (request.seq + 1, request.record_hash)
-        # A slot of the worker's batch engine, held while the job decodes (decoding.worker.runtime).
+        # A slot of the worker's batch engine, held while the job decodes (decoding.worker.runtime);
+        # a batch line's steps yield to interactive jobs'.
         with (
             LEASES.watching(job.id, attempt) as watch,
-            models.sequence() as target,
+            models.sequence(background=admission.is_batch_line(job.id)) as target,
             sink_for(trail.id, head=head, salt=trail.salt, committed=announce) as sink,
         ):
             schedule = models.schedule(job.draft_length, target)

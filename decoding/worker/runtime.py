@@ -56,13 +56,14 @@ class LoadedModels:
     engine: BatchEngine | None = None
 
     @contextmanager
-    def sequence(self) -> Iterator[Provider]:
+    def sequence(self, *, background: bool = False) -> Iterator[Provider]:
         """The target as one job sees it: a slot of the batch engine (held until the job is
-        done), or the target itself on a worker decoding one job at a time."""
+        done; a background job's steps yield to interactive ones), or the target itself on a
+        worker decoding one job at a time."""
         if self.engine is None:
             yield self.target
             return
-        with self.engine.open() as sequence:
+        with self.engine.open(background=background) as sequence:
             yield sequence
 
     def job_drafter(self) -> Drafter:

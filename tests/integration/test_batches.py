@@ -280,6 +280,32 @@ def test_a_line_goes_out_below_every_interactive_job(
     assert priorities[str(job.pk)] < 9
 
 
+def test_a_workers_pass_holds_a_line_back_for_an_interactive_job_but_not_the_reverse(
+    owner, monkeypatch
+):
+    """The stub pair decodes without a batch engine, so this checks what each job asks of the
+    worker's slot; the engine's holding back is tests/models/test_batch_engine.py's."""
+    from decoding.worker import runtime
+
+    asked = {}
+    sequence = runtime.LoadedModels.sequence
+
+    def recording(models, *, background=False):
+        asked[current] = background
+        return sequence(models, background=background)
+
+    monkeypatch.setattr(runtime.LoadedModels, "sequence", recording)
+    file_id = upload(owner, line("a")).json()["id"]
+    create(owner, file_id)
+    batches.batches_advance()
+    current = BatchLine.objects.get().job_id
+    job_run(job_id=current)
+    job, _ = job_submit(matter=owner.key.matter, api_key=owner.key, **INTERACTIVE)
+    current = job.pk
+    job_run(job_id=current)
+    assert asked == {BatchLine.objects.get().job_id: True, job.pk: False}
+
+
 def test_expansion_resumes_where_it_stopped_and_makes_no_line_twice(owner, monkeypatch):
     monkeypatch.setattr(batches, "_CHUNK", 3)
     file_id = upload(owner, "\n".join(line(f"d{i}") for i in range(10))).json()["id"]

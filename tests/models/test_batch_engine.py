@@ -259,6 +259,69 @@ def test_a_slot_is_told_how_many_slots_the_last_pass_padded_it_with(base, jobs):
         engine.close()
 
 
+def greedy_steps(sequence, context: list[int], steps: int) -> list[int]:
+    """`steps` one-token logits calls, each taking the argmax: the context they made."""
+    context = list(context)
+    for _ in range(steps):
+        context.append(int(sequence.logits(context, 1)[0].argmax()))
+    return context
+
+
+def test_a_background_sequence_waits_while_an_interactive_one_decodes(base, jobs):
+    """A batch line's request is held out of every pass while an interactive sequence is open
+    (within BACKGROUND_WAIT_S), so the interactive one decodes in passes of its own; the line
+    steps once it closes, with the logits it gets alone."""
+    line_prompt, call_prompt = (list(job.prompt_token_ids)[:30] for job in jobs[:2])
+    engine = BatchEngine(base, sequences=2, background_wait_s=60)
+    carried: list[int] = []
+    engine.on_pass = lambda sequences, positions, seconds: carried.append(sequences)
+    got = {}
+    try:
+        with engine.open(background=True) as line:
+            line.prefill(line_prompt)
+            with engine.open() as call:
+                call.prefill(call_prompt)
+                waiting = threading.Thread(
+                    target=lambda: got.setdefault("line", line.logits(line_prompt, 1))
+                )
+                carried.clear()
+                waiting.start()
+                context = greedy_steps(call, call_prompt, 6)
+                assert "line" not in got and waiting.is_alive()
+            waiting.join(timeout=60)
+    finally:
+        engine.close()
+    assert carried[:6] == [1] * 6  # the interactive call's six passes, each alone
+    assert np.array_equal(got["line"], base.logits(line_prompt, 1))
+    assert context == greedy_steps(base, call_prompt, 6)
+
+
+def test_a_held_background_request_steps_once_it_has_waited_the_bound(base, jobs):
+    """Under steady interactive load a line still steps, about once per BACKGROUND_WAIT_S:
+    its lease is renewed only while it steps."""
+    line_prompt, call_prompt = (list(job.prompt_token_ids)[:30] for job in jobs[:2])
+    engine = BatchEngine(base, sequences=2, background_wait_s=0.3)
+    got = {}
+    try:
+        with engine.open(background=True) as line, engine.open() as call:
+            line.prefill(line_prompt)
+            call.prefill(call_prompt)
+            waiting = threading.Thread(
+                target=lambda: got.setdefault("line", line.logits(line_prompt, 1))
+            )
+            started = time.monotonic()
+            waiting.start()
+            context = list(call_prompt)
+            while "line" not in got and time.monotonic() - started < 30:
+                context = greedy_steps(call, context, 1)
+            waited = time.monotonic() - started
+    finally:
+        engine.close()
+    assert "line" in got, "the line never stepped beside a busy interactive sequence"
+    assert 0.3 <= waited < 5, waited
+    assert np.array_equal(got["line"], base.logits(line_prompt, 1))
+
+
 def test_a_long_prompt_is_taken_in_chunks_while_the_others_decode(base, jobs):
     """A prompt of several chunks arriving mid-decode: the sequence already decoding keeps
     stepping between its chunks, and both get their own logits."""

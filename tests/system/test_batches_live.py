@@ -1,7 +1,7 @@
 """The Batch API against a live Pathfinder (gunicorn behind the front, two Celery workers, the
 real default model), driven by the official `openai` client unchanged: upload, create, retrieve,
-download, cancel; an interactive call made while a batch runs is not held behind its lines; and
-`manage.py run_batch` from the command line."""
+download, delete, cancel; an interactive call made while a batch runs is not held behind its
+lines; and `manage.py run_batch` from the command line."""
 
 from __future__ import annotations
 
@@ -94,6 +94,13 @@ def test_the_official_client_runs_a_batch_and_downloads_its_files(client, postgr
     listed = client.batches.list(limit=50)
     assert batch.id in [b.id for b in listed.data]
     assert client.files.retrieve(done.output_file_id).purpose == "batch_output"
+    # A batch's files are kept with it; an upload no batch names can be deleted.
+    with pytest.raises(openai.ConflictError):
+        client.files.delete(done.output_file_id)
+    spare = client.files.create(file=("spare.jsonl", jsonl(lines[:1])), purpose="batch")
+    assert client.files.delete(spare.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(spare.id)
 
 
 def test_the_official_client_cancels_a_batch(client):

@@ -46,6 +46,13 @@ PREFILL_CHUNK = 256
 # no more than leaving it out would. With a fixed 20 ms, passes of 16 open sequences carried 9.1
 # of them on average (11.0 with this wait; in-process, 2026-12-03).
 GATHER_S = 0.02
+# While an interactive sequence is open, a background one's request (a batch line's) waits up to
+# this long for a pass without it: on a compute-bound worker every sequence in a pass slows the
+# others, and a line has hours where a caller waits seconds. The bound keeps a line stepping
+# (its lease, PATHFINDER_JOB_LEASE_S, is renewed only while it steps) under steady interactive
+# load; 2 s is about the longest a 32-token interactive call takes alone here
+# (bench/results/batch-beside-2026-12-06.md).
+BACKGROUND_WAIT_S = 2.0
 
 
 class EngineClosed(RuntimeError):
@@ -57,6 +64,7 @@ class _Slot:
     index: int
     cached: list[int] = field(default_factory=list)  # the tokens its stream holds, in order
     open: bool = False
+    background: bool = False  # its job yields passes to interactive ones (BACKGROUND_WAIT_S)
 
 
 @dataclass(eq=False)  # one request is one call: compared and hashed as itself
@@ -69,6 +77,7 @@ class _Request:
     reused: int = 0  # leading tokens found in the slot's stream
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    submitted: float = field(default_factory=time.monotonic)
 
     @property
     def first_output(self) -> int:
@@ -94,12 +103,14 @@ class BatchEngine:
         sequences: int,
         step_positions: int = STEP_POSITIONS,
         gather_s: float = GATHER_S,
+        background_wait_s: float = BACKGROUND_WAIT_S,
     ) -> None:
         if sequences < 1:
             raise ValueError(f"sequences must be at least 1, got {sequences}")
         self.base = base
         self._step_positions = step_positions
         self._gather_s = gather_s
+        self._background_wait_s = background_wait_s
         self._n_ctx = base.n_ctx
         # Each stream holds a whole context plus a step's filler, in whole blocks of 256 cells
         # (llama.cpp's padding: any other size is rounded down, dropping cells).
@@ -134,8 +145,10 @@ class BatchEngine:
 
     # -- the job threads' side ------------------------------------------------------------------
 
-    def open(self, timeout: float | None = None) -> SequenceProvider:
-        """A provider bound to a free slot: the lowest, so busy slots stay consecutive."""
+    def open(self, timeout: float | None = None, *, background: bool = False) -> SequenceProvider:
+        """A provider bound to a free slot: the lowest, so busy slots stay consecutive. A
+        background sequence (a batch line) steps only in passes no interactive one is waiting
+        for, or once its request has waited BACKGROUND_WAIT_S."""
         with self._lock:
             if not self._lock.wait_for(
                 lambda: self._closed or any(not s.open for s in self._slots), timeout
@@ -144,7 +157,7 @@ class BatchEngine:
             if self._closed:
                 raise EngineClosed("the batch engine is closed")
             slot = next(s for s in self._slots if not s.open)
-            slot.open = True
+            slot.open, slot.background = True, background
         return SequenceProvider(self, slot)
 
     def release(self, slot: _Slot) -> None:
@@ -202,18 +215,16 @@ class BatchEngine:
     def _run(self) -> None:
         while True:
             with self._lock:
-                self._lock.wait_for(lambda: self._closed or self._pending)
+                while not self._closed and not self._steppable():
+                    self._lock.wait(self._next_due())
                 if self._closed:
                     for request in self._pending:
                         _finish(request, EngineClosed("the batch engine is closed"))
                     return
-                # Gather: every open sequence's next request, or what came meanwhile.
+                # Gather: every stepping sequence's next request, or what came meanwhile.
                 deadline = time.monotonic() + max(self._gather_s, self._last_pass_s)
-                self._lock.wait_for(
-                    lambda: len(self._pending) >= sum(s.open for s in self._slots),
-                    max(0.0, deadline - time.monotonic()),
-                )
-                work = list(self._pending)
+                self._lock.wait_for(self._gathered, max(0.0, deadline - time.monotonic()))
+                work = self._steppable()
             try:
                 finished = MODEL_THREAD.run(self._step, work)
             except Exception as exc:  # a failed pass fails its requests, never the engine
@@ -223,6 +234,29 @@ class BatchEngine:
                 for request, error in finished:
                     self._pending.remove(request)
                     _finish(request, error)
+
+    def _stepping(self) -> list[_Slot]:
+        """The open slots a step is for: the interactive ones while any is open, else all."""
+        open_slots = [s for s in self._slots if s.open]
+        return [s for s in open_slots if not s.background] or open_slots
+
+    def _steppable(self) -> list[_Request]:
+        """The pending requests the next step may carry: a background one only while no
+        interactive sequence is open, or once it has waited BACKGROUND_WAIT_S."""
+        stepping = {s.index for s in self._stepping()}
+        overdue = time.monotonic() - self._background_wait_s
+        return [r for r in self._pending if r.slot.index in stepping or r.submitted <= overdue]
+
+    def _gathered(self) -> bool:
+        waiting = {r.slot.index for r in self._pending}
+        return all(s.index in waiting for s in self._stepping())
+
+    def _next_due(self) -> float | None:
+        """Seconds until the oldest held background request may step (None: none is held)."""
+        if not self._pending:
+            return None
+        oldest = min(r.submitted for r in self._pending)
+        return max(0.0, oldest + self._background_wait_s - time.monotonic())
 
     def _step(self, work: list[_Request]) -> list[tuple[_Request, BaseException | None]]:
         """One step: the requests that fit a step together in one pass, then one chunk of the
