@@ -1,6 +1,7 @@
 """The Batch API against the same lines sent one request at a time through /v1, in one run.
 
-    .venv/bin/python bench/batch.py [--lines 1000] [--max-tokens 32] [--out bench/results]
+    .venv/bin/python bench/batch.py [--lines 1000] [--max-tokens 32] [--ways batch,v1x1,v1x4]
+        [--batch-max-queued 4] [--out bench/results]
 
 The service as deployed (gunicorn, one Celery worker decoding PATHFINDER_WORKER_SEQUENCES=8 jobs
 at once, PostgreSQL, Redis; bench/load.py's Stack) on a database of the run's own. The lines are
@@ -10,7 +11,8 @@ tuning uses; greedy, `--max-tokens` each.
 
 Measured one after another, each on a fresh stack (no way inherits another's prompt cache or
 drafts):
-  batch        one file through /v1/files and /v1/batches, from create to completed
+  batch        one file through /v1/files and /v1/batches, from create to completed, with
+               PATHFINDER_BATCH_MAX_QUEUED lines in flight (each of `--batch-max-queued`)
   /v1 x1       the same lines, one /v1/completions call after another (a plain client)
   /v1 x4       the same lines from 4 concurrent clients (PATHFINDER_KEY_MAX_WAITING: the most
                one key may have waiting), the best a client of /v1 alone can do
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import requests
@@ -46,6 +49,7 @@ TOPICS = [
     "governing law",
 ]  # fmt: skip
 CLIENTS = 4
+BATCH_CAP = "PATHFINDER_BATCH_MAX_QUEUED"
 
 
 def passages() -> list[str]:
@@ -88,18 +92,20 @@ def batch_submit(base: str, headers: dict, bodies: list[dict]) -> dict:
                                "completion_window": "24h"}).json()  # fmt: skip
 
 
-def on_fresh_stack(way, threads: int) -> dict:
-    """way(base, key) on a stack of its own: a worker keeps the prompts' KV states and drafts
-    from the matter's earlier answers, which would favour whichever way ran later."""
+def on_fresh_stack(way, threads: int, env: dict | None = None) -> dict:
+    """way(base, key) on a stack of its own (with `env` set for its processes): a worker keeps
+    the prompts' KV states and drafts from the matter's earlier answers, which would favour
+    whichever way ran later."""
     with tempfile.TemporaryDirectory() as logs:
         stack = Stack(Path(logs), threads=threads, workers=("w1",), sequences=8)
+        stack.env.update(env or {})
         try:
             return way(stack.base, stack.start())
         finally:
             stack.stop()
 
 
-def run_batch(base: str, key: str, bodies: list[dict]) -> dict:
+def run_batch(base: str, key: str, *, bodies: list[dict]) -> dict:
     headers = {"Authorization": f"Bearer {key}"}
     started = time.monotonic()
     batch = batch_submit(base, headers, bodies)
@@ -120,7 +126,7 @@ def run_batch(base: str, key: str, bodies: list[dict]) -> dict:
     return _rate("batch", len(bodies), len(output), tokens, seconds, counts)
 
 
-def run_v1(base: str, key: str, bodies: list[dict], clients: int) -> dict:
+def run_v1(base: str, key: str, *, bodies: list[dict], clients: int) -> dict:
     headers = {"Authorization": f"Bearer {key}"}
     queue = list(enumerate(bodies))
     lock = threading.Lock()
@@ -168,7 +174,10 @@ def _rate(name: str, lines: int, answered: int, tokens: int, seconds: float, cou
 
 def markdown(report: dict) -> str:
     rows = report["results"]
-    best_v1 = max((r for r in rows if r["system"] != "batch"), key=lambda r: r["lines_per_minute"])
+    best_v1 = max(
+        (r for r in rows if not r["system"].startswith("batch")),
+        key=lambda r: r["lines_per_minute"],
+    )
     lines = [
         f"# Batch API against /v1 one request at a time ({report['date']})",
         "",
@@ -198,18 +207,30 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=1000)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads per worker")
+    parser.add_argument("--ways", default="batch,v1x1,v1x4", help="which of the ways to run")
+    parser.add_argument(
+        "--batch-max-queued",
+        default="4",
+        help="PATHFINDER_BATCH_MAX_QUEUED for the batch way; a list runs it once for each",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
     quiet = wait_for_quiet(threshold=0.5, max_wait=120)
     bodies = requests_for(args.lines, args.max_tokens)
+    chosen = args.ways.split(",")
     ways = [
-        lambda base, key: run_batch(base, key, bodies),
-        lambda base, key: run_v1(base, key, bodies, 1),
-        lambda base, key: run_v1(base, key, bodies, CLIENTS),
+        (f"batch, {cap} in flight", partial(run_batch, bodies=bodies), {BATCH_CAP: cap})
+        for cap in args.batch_max_queued.split(",")
+        if "batch" in chosen
+    ]
+    ways += [
+        (f"/v1 x{clients}", partial(run_v1, bodies=bodies, clients=clients), {})
+        for clients in (1, CLIENTS)
+        if f"v1x{clients}" in chosen
     ]
     before, results = load_average(), []
-    for way in ways:
-        results.append(on_fresh_stack(way, args.threads))
+    for name, way, env in ways:
+        results.append({**on_fresh_stack(way, args.threads, env), "system": name})
         print(json.dumps(results[-1]), flush=True)
     after = load_average()
     report = {
