@@ -1,6 +1,6 @@
 """What a batch's bookkeeping costs per line as the batch grows: the database and queue work of
 making its lines jobs, sending them and ending each (decoding.batches: batches_advance,
-batches_feed, batch_line_ended), with no decoding, at this revision and at a baseline revision,
+batches_feed, job_ended), with no decoding, at this revision and at a baseline revision,
 side by side in one run.
 
     .venv/bin/python bench/batch_feed_cost.py [--sizes 100,1000,10000] [--baseline ee27989]
@@ -10,7 +10,7 @@ Each size is a fresh batch of held-out review questions (bench/batch.py's, over
 bench/data/heldout) on the default model, in a database of its own on the local PostgreSQL
 (`pathfinder_bench_batch_<revision>`), sent to a Redis queue of its own that is emptied after.
 A line's end is what a worker does once it has decoded the line: the job marked succeeded, then
-batch_line_ended; the feed it runs sends the next line. Timed: validating (the lines made jobs)
+job_ended; the feed it runs sends the next line. Timed: validating (the lines made jobs)
 per line, and a line's end, the mean over the first and over the last 200 lines of the batch
 (so a cost that grows with the lines already run shows as last > first). The baseline is the
 same script run in a git worktree of `--baseline`.
@@ -51,6 +51,8 @@ def measure(sizes: list[int], database: str) -> list[dict]:
     from decoding import batches
     from decoding.models import Batch, GenerationJob, Matter
 
+    # Its name before 2026-12-06 (a baseline may be older).
+    line_ended = getattr(batches, "job_ended", None) or batches.batch_line_ended
     matter, key = Matter.objects.create(name="Bench v. Batch"), None  # no key: no web here
     results = []
     try:
@@ -86,7 +88,7 @@ def measure(sizes: list[int], database: str) -> list[dict]:
                     status="succeeded", finished_at=timezone.now()
                 )
                 started = time.perf_counter()
-                batches.batch_line_ended(job_id)
+                line_ended(job_id)
                 ends.append(time.perf_counter() - started)
             status = Batch.objects.get(pk=batch.pk).status
             results.append({
@@ -137,7 +139,7 @@ def markdown(report: dict) -> str:
         f"Machine: {report['machine'].get('cpu')}, {report['machine'].get('cores')} cores  ",
         f"Load average before: {report['load_before'][0]:.2f}, after: "
         f"{report['load_after'][0]:.2f}  ",
-        "No decoding: a line's end is the job marked succeeded, then batch_line_ended (the feed "
+        "No decoding: a line's end is the job marked succeeded, then job_ended (the feed "
         "sending the next line). Milliseconds.",
         "",
         "| lines | revision | ended | validating per line | line end, first 200 | "

@@ -3,7 +3,7 @@ made an ordinary job with its own trail (BatchLine), those jobs fed to the worke
 interactive call, and the output and error files written when the batch ends.
 
 Every step is a row change in the database, done under the batch row's lock and resumed by the
-next `batches_advance` (beat, every 5 s; a kick on create and cancel) or `batch_line_ended` (a
+next `batches_advance` (beat, every 5 s; a kick on create and cancel) or `job_ended` (a
 worker, as each line's job ends): a restart of any process loses nothing and runs no line twice.
 
 Fair share: lines are stored queued but not sent, and the feeder sends them, lowest priority,
@@ -199,16 +199,17 @@ def batches_advance(budget_s: float = 20.0) -> dict:
     return {"expanded": expanded, "stopped": stopped, "sent": sent, "closed": closed}
 
 
-def batch_line_ended(job_id) -> None:
-    """A worker's call as a job ends: if it was a batch line, the next lines go out at once and
-    its batch closes once nothing of it is left unfinished."""
+def job_ended(job_id) -> None:
+    """A worker's call as any job ends: the next batch lines go out at once (an interactive
+    job's end may be what a feed held off by it waited for), and a line's batch closes once
+    nothing of it is left unfinished."""
     try:
+        batches_feed()
         batch_id = (
             BatchLine.objects.filter(job_id=job_id).values_list("batch_id", flat=True).first()
         )
         if batch_id is None:
             return
-        batches_feed()
         batch = Batch.objects.only("status", "sent_through_line").get(pk=batch_id)
         if batch.status == Status.IN_PROGRESS and _unsent(batch).exists():
             return  # lines wait to be sent: the batch cannot close (read by index, not a scan)

@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 
 from audit.locks import run_coalesced, run_exclusively
-from decoding.batches import ADVANCE_BATCHES, batch_line_ended, batches_advance
+from decoding.batches import ADVANCE_BATCHES, batches_advance, job_ended
 from decoding.delivery import REPLAY_JOB, RUN_GENERATION
 from decoding.services import jobs_recover, trails_seal_orphaned
 from decoding.worker.execution import TryLater, job_run
@@ -17,7 +17,7 @@ from decoding.worker.replay import replay_run, replays_fail_lost
 def run_generation(self, job_id: str) -> None:
     try:
         job_run(job_id=uuid.UUID(job_id))
-        batch_line_ended(job_id)
+        job_ended(job_id)
     except TryLater as later:
         # Another attempt may still be decoding it (a redelivered message): look again once its
         # lease could have lapsed; if its worker died, this delivery starts the next attempt.

@@ -227,8 +227,10 @@ PATHFINDER_REVIEWER_MAX_REPLAYS = env_int("PATHFINDER_REVIEWER_MAX_REPLAYS", 2, 
 # Batch API (decoding.batches): the lines of every batch held by the queue and the workers at
 # once, over all matters (the rest wait in the database, and are fed only while no interactive
 # job is queued); below the worker's PATHFINDER_WORKER_SEQUENCES, so interactive calls always
-# find a free slot. And an input file's limits (OpenAI's): lines, and bytes.
-PATHFINDER_BATCH_MAX_QUEUED = env_int("PATHFINDER_BATCH_MAX_QUEUED", 4, minimum=1)
+# find a free slot. 1: on a 2-core worker one line at a time ran 1.06x one /v1 client, 4 at once
+# 0.85x (bench/results/batch-2026-12-06*.md); raise it where a pass of several costs less than
+# their sum. And an input file's limits (OpenAI's): lines, and bytes.
+PATHFINDER_BATCH_MAX_QUEUED = env_int("PATHFINDER_BATCH_MAX_QUEUED", 1, minimum=1)
 PATHFINDER_BATCH_MAX_LINES = env_int("PATHFINDER_BATCH_MAX_LINES", 50_000, minimum=1)
 PATHFINDER_BATCH_MAX_FILE_BYTES = env_int("PATHFINDER_BATCH_MAX_FILE_BYTES", 200 << 20, minimum=1)
 # How long POST /v1/completions and /v1/chat/completions wait for a non-streamed job.

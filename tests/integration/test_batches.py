@@ -60,7 +60,7 @@ def run_to_end(batch_id: str) -> None:
         batch_line__batch_id=batch_id, status=GenerationJob.Status.QUEUED
     ).values_list("pk", flat=True):
         job_run(job_id=job_id)
-        batches.batch_line_ended(job_id)
+        batches.job_ended(job_id)
     batches.batches_advance()
 
 
@@ -258,12 +258,33 @@ def test_batch_lines_meet_their_own_cap_never_the_matters(owner, settings, sent_
     # While an interactive job is queued no further line is sent, even with room under the cap.
     first = sent.first()
     job_run(job_id=first.pk)
-    batches.batch_line_ended(first.pk)
+    batches.job_ended(first.pk)
     assert sent.count() == 3
     for job in GenerationJob.objects.filter(batch_line__isnull=True):
         job_run(job_id=job.pk)
     batches.batches_feed()
     assert sent.exclude(status__in=GenerationJob.FINISHED).count() == 3
+
+
+def test_an_interactive_jobs_end_sends_the_line_its_queueing_held_off(owner, settings, sent_jobs):
+    settings.PATHFINDER_BATCH_MAX_QUEUED = 1
+    file_id = upload(owner, "\n".join(line(f"d{i}") for i in range(3))).json()["id"]
+    batch_id = create(owner, file_id).json()["id"]
+    batches.batches_advance()
+    lines = GenerationJob.objects.filter(batch_line__batch_id=batch_id).order_by("batch_line__line")
+
+    def sent() -> list[bool]:
+        return [enqueued is not None for enqueued in lines.values_list("enqueued_at", flat=True)]
+
+    assert sent() == [True, False, False]
+    job, _ = job_submit(matter=owner.key.matter, api_key=owner.key, **INTERACTIVE)
+    first = lines.first().pk
+    job_run(job_id=first)
+    batches.job_ended(first)  # an interactive job is queued: no line goes out
+    assert sent() == [True, False, False]
+    job_run(job_id=job.pk)
+    batches.job_ended(job.pk)  # its end is the feed's next chance, not beat's tick
+    assert sent() == [True, True, False]
 
 
 def test_a_line_goes_out_below_every_interactive_job(

@@ -728,7 +728,7 @@ def _finished_batch(owner):
     batches.batches_advance()
     job = GenerationJob.objects.get(batch_line__batch=batch)
     job_run(job_id=job.pk)
-    batches.batch_line_ended(job.pk)
+    batches.job_ended(job.pk)
     return batch
 
 
