@@ -23,8 +23,8 @@ from collections import defaultdict
 
 from celery import current_app
 from django.conf import settings
-from django.db import DatabaseError, transaction
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import Count, Exists, OuterRef, ProtectedError, Q
 from django.utils import timezone
 
 from decoding import admission, delivery, events, lifecycle, services
@@ -106,15 +106,16 @@ def file_upload(
 
 def file_delete(*, stored: BatchFile) -> None:
     """Delete a file no batch names. A batch's input, output or error file is kept as long as
-    the batch (FileInUse): it is the batch's record of what was asked and answered."""
-    with transaction.atomic():
-        users = Batch.objects.select_for_update().filter(
-            Q(input_file=stored) | Q(output_file=stored) | Q(error_file=stored)
-        )
-        batch_id = users.values_list("pk", flat=True).first()
-        if batch_id is not None:
-            raise FileInUse(f"the file is a file of batch {batch_id}, and is kept with it")
-        stored.delete()
+    the batch (FileInUse): it is the batch's record of what was asked and answered. The rule is
+    the batch's foreign keys (PROTECT), so a batch created over the file meanwhile holds too."""
+    try:
+        with transaction.atomic():
+            stored.delete()
+    except ProtectedError as exc:
+        batch = next(iter(exc.protected_objects))
+        raise FileInUse(f"the file is a file of batch {batch.pk}, and is kept with it") from exc
+    except IntegrityError as exc:  # a batch named it between Django's look and the DELETE
+        raise FileInUse("a batch now names the file, and it is kept with it") from exc
 
 
 def input_lines(data: bytes) -> list[tuple[int, str]]:
@@ -290,8 +291,8 @@ def _stop_ending() -> int:
         Q(status=Status.CANCELLING) | Q(status=Status.FINALIZING, expired_at__isnull=False)
     )
     jobs = GenerationJob.objects.filter(
-        batch_line__batch__in=stopping, cancel_requested_at__isnull=True
-    ).exclude(status__in=GenerationJob.FINISHED)
+        batch_line__batch__in=stopping, cancel_requested_at__isnull=True, status__in=_UNFINISHED
+    )
     # The lines never sent (most of a large batch) in one UPDATE; the few sent one by one, as a
     # worker may be running them.
     unsent = list(jobs.filter(enqueued_at=None).values_list("pk", flat=True))
