@@ -27,12 +27,31 @@ class ExportError(Exception):
     pass
 
 
+def regenerable(withhold: Collection[str]) -> str | None:
+    """Why withholding these texts would hide nothing, or None. The request record discloses
+    every parameter, the seed and every uniform draw included, and the model's identity: whoever
+    holds the model and the prompt decodes the answer again, token for token. So the answer is
+    withheld only with the prompt (docs/adr/0025)."""
+    if "answer" in withhold and "prompt" not in withhold:
+        return (
+            "withhold answer: the disclosed prompt, the recorded parameters (the seed and every "
+            "random draw included) and the model the bundle names regenerate the answer token "
+            "for token, so a bundle withholding the answer alone hides it from no one who holds "
+            "the model. Withhold the prompt too (--withhold prompt --withhold answer), or "
+            "disclose the answer"
+        )
+    return None
+
+
 def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[str] = ()) -> Path:
     """Write the trail's bundle to `out`. `withhold` ("prompt", "answer") leaves those texts
     out: the bundle says they were withheld, and still verifies."""
     unknown = set(withhold) - WITHHOLDABLE.keys()
     if unknown:
         raise ExportError(f"withhold: {', '.join(sorted(unknown))} is not prompt or answer")
+    pretended = regenerable(withhold)
+    if pretended is not None:
+        raise ExportError(pretended)
     trail = Trail.objects.filter(pk=trail_id).first()
     if trail is None:
         raise ExportError(f"trail {trail_id} does not exist")

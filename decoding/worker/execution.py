@@ -100,12 +100,14 @@ def _run(job_id: uuid.UUID) -> None:
         # a batch line's steps yield to interactive jobs'.
         with (
             LEASES.watching(job.id, attempt) as watch,
-            models.sequence(background=admission.is_batch_line(job.id)) as target,
+            models.sequence(
+                wall=job.matter_id, background=admission.is_batch_line(job.id)
+            ) as target,
             sink_for(trail.id, head=head, salt=trail.salt, committed=announce) as sink,
         ):
-            schedule = models.schedule(job.draft_length, target)
+            schedule = models.schedule(job.draft_length, target, wall=job.matter_id)
             decoder = SpeculativeDecoder(
-                drafter=models.job_drafter(),
+                drafter=models.job_drafter(job.matter_id),
                 target=target,
                 sink=sink,
                 tokenizer=models.tokenizer,

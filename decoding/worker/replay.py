@@ -88,7 +88,7 @@ class RecordedDrafts(Drafter):
 
 def _drafter_for(models, job: GenerationJob, recorded: list[dict]) -> Drafter:
     if not isinstance(models.drafter, PromptLookupDrafter):
-        return models.drafter  # a draft model drafts the same way again
+        return models.job_drafter(job.matter_id)  # a draft model drafts the same way again
     named = {(record.get("draft_source") or {}).get("reference") for record in recorded} - {
         None,
         "context",
@@ -149,8 +149,10 @@ def replay_decisions(
     recorded = trail_clear_decisions(trail_id=trail_id or job.trail_id)
     models, _ = runtime.models_for(job.model_spec)
     sink = _Collect()
+    # Behind the job's wall, as the job ran: its matter's cache only (decoding.worker.runtime).
+    target = models.target.walled(job.matter_id)
     decoder = SpeculativeDecoder(
-        _drafter_for(models, job, recorded), models.target, sink, tokenizer=models.tokenizer
+        _drafter_for(models, job, recorded), target, sink, tokenizer=models.tokenizer
     )
     schedule = ReplaySchedule([record["draft_length"] for record in recorded])
     stop = StopStrings(models.tokenizer, job.stop) if job.stop else None

@@ -5,6 +5,11 @@ later jobs find the models warm. A worker with a threads pool decodes as many jo
 has threads (PATHFINDER_WORKER_SEQUENCES, or `-c N`): a llama.cpp target then gets a BatchEngine
 with one sequence slot per thread, and each job decodes on a slot of its own. A prefork worker
 (PATHFINDER_WORKER_SEQUENCES=1) decodes one job at a time per process on the target itself.
+
+Whatever a job leaves for the next (a slot's cells, saved prompts, a model's live cache, what
+copied drafts' acceptance taught the schedule) is kept behind its matter's wall: a job sees the
+models through `sequence(wall=...)`, `job_drafter(wall)` and `schedule(..., wall=...)`, and
+another matter's job never starts from, is timed by, or drafts from it (docs/adr/0024).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import atexit
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -50,24 +55,25 @@ class LoadedModels:
     tokenizer: Tokenizer | None
     # Seconds per verify of n positions, measured at load for an adaptive spec (else None).
     verify_cost: dict[int, float] | None
-    # What copied drafts' acceptance by match length has been on this worker, job after job.
-    match_statistics: MatchStatistics = field(default_factory=MatchStatistics)
+    # What copied drafts' acceptance by match length has been on this worker, job after job,
+    # per matter: it sets the draft lengths a later job's records show.
+    match_statistics: dict[Hashable, MatchStatistics] = field(default_factory=dict)
     # The jobs' shared passes over the target, on a worker decoding several jobs at once.
     engine: BatchEngine | None = None
 
     @contextmanager
-    def sequence(self, *, background: bool = False) -> Iterator[Provider]:
-        """The target as one job sees it: a slot of the batch engine (held until the job is
-        done; a background job's steps yield to interactive ones), or the target itself on a
-        worker decoding one job at a time."""
+    def sequence(self, *, wall: Hashable, background: bool = False) -> Iterator[Provider]:
+        """The target as one job behind `wall` sees it: a slot of the batch engine (held until
+        the job is done; a background job's steps yield to interactive ones), or the target
+        itself on a worker decoding one job at a time."""
         if self.engine is None:
-            yield self.target
+            yield self.target.walled(wall)
             return
-        with self.engine.open(background=background) as sequence:
+        with self.engine.open(wall=wall, background=background) as sequence:
             yield sequence
 
-    def job_drafter(self) -> Drafter:
-        return self.drafter.for_generation()
+    def job_drafter(self, wall: Hashable) -> Drafter:
+        return self.drafter.for_generation().walled(wall)
 
     def retire(self) -> None:
         if self.engine is not None:
@@ -80,7 +86,7 @@ class LoadedModels:
         a seed gives the same step structure, and so the same text, on any worker."""
         return bool(self.verify_cost) and isinstance(self.drafter, PromptLookupDrafter)
 
-    def schedule(self, draft_length: int, target: Provider) -> DraftSchedule:
+    def schedule(self, draft_length: int, target: Provider, *, wall: Hashable) -> DraftSchedule:
         """A fresh per-request schedule up to draft_length: driven by each copied draft's match
         for prompt lookup, by the acceptance so far for a draft model (both on the measured
         verify cost, priced as the whole pass `target` shares with its neighbours), or fixed at
@@ -89,9 +95,8 @@ class LoadedModels:
             return FixedSchedule(draft_length)
         neighbours = target.neighbours
         if isinstance(self.drafter, PromptLookupDrafter):
-            return MatchSchedule(
-                draft_length, self.verify_cost, self.match_statistics, neighbours=neighbours
-            )
+            statistics = self.match_statistics.setdefault(wall, MatchStatistics())
+            return MatchSchedule(draft_length, self.verify_cost, statistics, neighbours=neighbours)
         return AdaptiveSchedule(draft_length, verify_cost=self.verify_cost, neighbours=neighbours)
 
 

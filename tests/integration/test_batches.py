@@ -311,9 +311,9 @@ def test_a_workers_pass_holds_a_line_back_for_an_interactive_job_but_not_the_rev
     asked = {}
     sequence = runtime.LoadedModels.sequence
 
-    def recording(models, *, background=False):
-        asked[current] = background
-        return sequence(models, background=background)
+    def recording(models, *, wall, background=False):
+        asked[current] = (wall, background)
+        return sequence(models, wall=wall, background=background)
 
     monkeypatch.setattr(runtime.LoadedModels, "sequence", recording)
     file_id = upload(owner, line("a")).json()["id"]
@@ -324,7 +324,8 @@ def test_a_workers_pass_holds_a_line_back_for_an_interactive_job_but_not_the_rev
     job, _ = job_submit(matter=owner.key.matter, api_key=owner.key, **INTERACTIVE)
     current = job.pk
     job_run(job_id=current)
-    assert asked == {BatchLine.objects.get().job_id: True, job.pk: False}
+    matter = owner.key.matter_id  # each behind its matter's wall (docs/adr/0024)
+    assert asked == {BatchLine.objects.get().job_id: (matter, True), job.pk: (matter, False)}
 
 
 def test_expansion_resumes_where_it_stopped_and_makes_no_line_twice(owner, monkeypatch):

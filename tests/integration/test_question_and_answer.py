@@ -13,7 +13,7 @@ import sys
 import zipfile
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
@@ -299,7 +299,7 @@ def test_withholding_hides_every_token_of_the_withheld_text_and_decisions_stay_c
 ):
     """Issue 22: with prompt lookup the drafted tokens are the prompt's own n-grams, and every
     decision emits the answer's tokens. Format-3 records seal them, so a bundle withholding the
-    prompt opens only the emitted tokens, one withholding the answer opens none; both verify,
+    prompt opens only the emitted tokens, one withholding both texts opens none; both verify,
     and the verdict names what could not be re-checked for want of the withheld text."""
     from decoding.models import ModelSpec
 
@@ -321,9 +321,11 @@ def test_withholding_hides_every_token_of_the_withheld_text_and_decisions_stay_c
     job.refresh_from_db()
     beat()
     for group in ("prompt", "answer"):
+        withheld = ["prompt"] if group == "prompt" else ["prompt", "answer"]
         path = tmp_path / f"without-{group}.zip"
         call_command("export_trail", "--job", str(job.id), "--out", str(path),
-                     "--withhold", group, stdout=io.StringIO())  # fmt: skip
+                     *[arg for g in withheld for arg in ("--withhold", g)],
+                     stdout=io.StringIO())  # fmt: skip
         with zipfile.ZipFile(path) as bundle:
             members = {name: bundle.read(name) for name in bundle.namelist()}
         records = [json.loads(line) for line in members["records.jsonl"].splitlines()]
@@ -349,6 +351,25 @@ def test_withholding_hides_every_token_of_the_withheld_text_and_decisions_stay_c
     with zipfile.ZipFile(path) as bundle:
         disclosures = json.loads(bundle.read("disclosures.json"))
     assert {n for n in disclosures if n.startswith("step.")} > emitted  # the drafts too
+    assert offline_verify.verify_bundle(path.read_bytes(), keys=[signing_key().verifier]) == []
+
+
+def test_withholding_the_answer_alone_is_refused_since_the_rest_regenerates_it(
+    run_job, tmp_path, beat
+):
+    """Issue 39 item 4: the prompt, the recorded parameters and the named model decode the
+    answer again token for token (a replay does exactly that), so a bundle that withholds the
+    answer alone would only pretend to hide it. Nothing is written."""
+    job = run_job(max_tokens=10)
+    beat()
+    path = tmp_path / "answer-only.zip"
+    with pytest.raises(CommandError, match="regenerate the answer token for token") as refused:
+        call_command("export_trail", "--job", str(job.id), "--out", str(path),
+                     "--withhold", "answer", stdout=io.StringIO())  # fmt: skip
+    assert "--withhold prompt --withhold answer" in str(refused.value)
+    assert not path.exists()
+    call_command("export_trail", "--job", str(job.id), "--out", str(path),
+                 "--withhold", "prompt", "--withhold", "answer", stdout=io.StringIO())  # fmt: skip
     assert offline_verify.verify_bundle(path.read_bytes(), keys=[signing_key().verifier]) == []
 
 

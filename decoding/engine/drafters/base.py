@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,6 +108,11 @@ class Drafter(ABC):
     def for_generation(self) -> Drafter:
         """A drafter for one generation that may run beside others (a worker batching jobs):
         this one when it keeps nothing per generation, else a fresh one like it."""
+        return self
+
+    def walled(self, wall: Hashable) -> Drafter:
+        """This drafter as the generations behind one wall (a matter) see it: one that keeps
+        state between calls (a draft model's KV cache) keeps it per wall (Provider.walled)."""
         return self
 
     @abstractmethod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -20,6 +20,9 @@ class DraftModelDrafter(Drafter):
         self._provider = provider
         self.identity = provider.identity
         self.vocab_size = provider.vocab_size
+
+    def walled(self, wall: Hashable) -> DraftModelDrafter:
+        return DraftModelDrafter(self._provider.walled(wall))
 
     def prefill(self, context: Sequence[int], references: Sequence[Reference] = ()) -> None:
         self._provider.prefill(context)  # a model drafts from its own weights, not references

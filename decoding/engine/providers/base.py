@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -48,6 +48,10 @@ class Neighbours:
 
 
 ALONE = Neighbours(0)
+
+# The wall of calls made outside any job (a model's load, a measurement, a test): a wall of its
+# own, so a job never starts from state such a call left, nor such a call from a job's.
+NO_WALL: Hashable = None
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -119,6 +123,13 @@ class Provider(ABC):
         """What else the next pass carries: nothing, for a provider that evaluates alone."""
         return ALONE
 
+    def walled(self, wall: Hashable) -> Provider:
+        """This provider as the calls behind one wall (a matter) see it. State a provider keeps
+        from call to call (a KV cache, saved prompts) is the worker's fastest side channel: a
+        call behind one wall never starts from, nor is timed by, state that a call behind
+        another left (docs/adr/0024). A stateless provider is its own view."""
+        return self
+
     def next_distributions(
         self, context: Sequence[int], num_positions: int, params: GenerationParams
     ) -> np.ndarray:
@@ -142,3 +153,28 @@ class Provider(ABC):
                 f"expected {(num_positions, self.vocab_size)}"
             )
         return logits
+
+
+class Walled(Provider):
+    """One wall's view of a provider that keeps state between calls: every call carries the
+    wall, so the provider checks it in the same critical section as its cache (two jobs of two
+    matters may call it in turns)."""
+
+    def __init__(self, inner: Provider, wall: Hashable) -> None:
+        self._inner = inner
+        self._wall = wall
+        self.identity = inner.identity
+        self.vocab_size = inner.vocab_size
+        self.tokenizer = getattr(inner, "tokenizer", None)
+
+    def prefill(self, context: Sequence[int]) -> int:
+        return self._inner.prefill(context, wall=self._wall)
+
+    def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
+        return self._inner.logits(context, num_positions, wall=self._wall)
+
+    def neighbours(self) -> Neighbours:
+        return self._inner.neighbours()
+
+    def walled(self, wall: Hashable) -> Provider:
+        return self._inner.walled(wall)

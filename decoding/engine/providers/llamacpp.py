@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import weakref
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import llama_cpp
 import numpy as np
@@ -19,7 +19,7 @@ import numpy as np
 from ..model_files import source_sha256
 from ..tokenizer import Tokenizer
 from ..weights import component_hashes, weights_sha256
-from .base import ModelIdentity, Provider, common_prefix
+from .base import NO_WALL, ModelIdentity, Provider, Walled, common_prefix
 from .model_thread import MODEL_THREAD
 from .prompt_cache import PromptCache, SavedPrompt
 
@@ -67,15 +67,18 @@ def logits_rows(ctx, batch_indices: range, vocab_size: int) -> np.ndarray:
     return np.ctypeslib.as_array(pointers[0], shape=(len(pointers), vocab_size)).copy()
 
 
-def save_prompt(ctx, sequence: int, prompts: PromptCache, prompt: list[int]) -> None:
-    """Keep the KV state of `sequence`, which holds exactly `prompt`, in the prompt cache."""
+def save_prompt(
+    ctx, sequence: int, prompts: PromptCache, prompt: list[int], wall: Hashable
+) -> None:
+    """Keep the KV state of `sequence`, which holds exactly `prompt`, in the prompt cache for
+    `wall`'s later prompts."""
     size = llama_cpp.llama_state_seq_get_size(ctx, sequence)
     if size > prompts.capacity_bytes:
         return
     state = (ctypes.c_uint8 * size)()
     written = llama_cpp.llama_state_seq_get_data(ctx, state, size, sequence)
     if written:
-        prompts.put(prompt, state, written)
+        prompts.put(prompt, state, written, wall=wall)
 
 
 def restore_prompt(ctx, sequence: int, saved: SavedPrompt) -> bool:
@@ -170,6 +173,9 @@ class LlamaCppProvider(Provider):
     With prompt_cache_bytes > 0 the provider also keeps the KV states of recent prompts
     (PromptCache): a prefill restores the saved state sharing the longest prefix with its prompt
     when that beats what the live cache holds, and saves the state after each new prompt.
+
+    Both caches are walled (Provider.walled): a call behind another wall than the live cache's
+    empties it first, and finds only its own wall's saved prompts.
     """
 
     def __init__(
@@ -200,6 +206,7 @@ class LlamaCppProvider(Provider):
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
         weakref.finalize(self, llama_cpp.llama_batch_free, self._batch)
         self._cached: list[int] = []  # the tokens whose keys and values the KV cache holds
+        self._wall: Hashable = NO_WALL  # whose call put them there
         self._prompts = PromptCache(prompt_cache_bytes) if prompt_cache_bytes > 0 else None
         self.tokens_evaluated = 0
         self.vocab_size = self._llama.n_vocab()
@@ -236,14 +243,18 @@ class LlamaCppProvider(Provider):
     def prompt_cache(self) -> PromptCache | None:
         return self._prompts
 
-    def prefill(self, context: Sequence[int]) -> int:
-        # The last prompt token is left for the first logits call, which needs its logits.
-        return MODEL_THREAD.run(self._prefill, list(context[:-1]))
+    def walled(self, wall: Hashable) -> Provider:
+        return Walled(self, wall)
 
-    def _prefill(self, prompt: list[int]) -> int:
+    def prefill(self, context: Sequence[int], *, wall: Hashable = NO_WALL) -> int:
+        # The last prompt token is left for the first logits call, which needs its logits.
+        return MODEL_THREAD.run(self._prefill, list(context[:-1]), wall)
+
+    def _prefill(self, prompt: list[int], wall: Hashable) -> int:
+        self._enter(wall)
         reused = common_prefix(self._cached, prompt)
         if self._prompts is not None:
-            hit = self._prompts.longest(prompt)
+            hit = self._prompts.longest(prompt, wall=wall)
             if hit is not None and hit.shared > reused:
                 self._cached.clear()
                 if restore_prompt(self._ctx, _SEQUENCE, hit.saved):
@@ -251,13 +262,25 @@ class LlamaCppProvider(Provider):
                     reused = hit.shared
         self._evaluate(prompt, 0)
         if self._prompts is not None and reused < len(prompt):
-            save_prompt(self._ctx, _SEQUENCE, self._prompts, prompt)
+            save_prompt(self._ctx, _SEQUENCE, self._prompts, prompt, wall)
         return reused
 
-    def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
+    def logits(
+        self, context: Sequence[int], num_positions: int, *, wall: Hashable = NO_WALL
+    ) -> np.ndarray:
         # On the model thread, which also keeps this provider's record of its KV cache
-        # consistent with the cache itself.
-        return MODEL_THREAD.run(self._evaluate, list(context), num_positions)
+        # consistent with the cache itself, and checks the wall in the same turn.
+        return MODEL_THREAD.run(self._walled_evaluate, list(context), num_positions, wall)
+
+    def _walled_evaluate(self, tokens: list[int], outputs: int, wall: Hashable) -> np.ndarray:
+        self._enter(wall)
+        return self._evaluate(tokens, outputs)
+
+    def _enter(self, wall: Hashable) -> None:
+        """Empty the live KV cache when another wall's call filled it (on the model thread)."""
+        if wall != self._wall:
+            self._truncate(0)
+            self._wall = wall
 
     def _evaluate(self, tokens: list[int], outputs: int) -> np.ndarray:
         """Bring the KV cache to `tokens`; return logits for its last `outputs` positions."""

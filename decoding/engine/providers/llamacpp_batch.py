@@ -17,6 +17,11 @@ Prompts longer than a step's positions are evaluated in chunks of their own, one
 steps, so a new long prompt does not stall the sequences already decoding. Prompts share their
 prefixes through the worker's prompt cache: one that arrives with another sharing its document
 waits for that one's saved state instead of evaluating the document again.
+
+Sharing stops at the wall a sequence is opened behind (its job's matter, docs/adr/0024): a slot
+whose stream holds another wall's tokens is emptied before its new job's first evaluation, a
+prompt restores only its own wall's saved states, and waits only for its own wall's prompts.
+Streams are apart (kv_unified off), so a pass shares compute and time, never cells.
 """
 
 from __future__ import annotations
@@ -25,13 +30,13 @@ import ctypes
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import llama_cpp
 import numpy as np
 
-from .base import ALONE, Neighbours, Provider, common_prefix
+from .base import ALONE, NO_WALL, Neighbours, Provider, common_prefix
 from .llamacpp import LlamaCppProvider, logits_rows, restore_prompt, save_prompt
 from .model_thread import MODEL_THREAD
 
@@ -63,6 +68,8 @@ class EngineClosed(RuntimeError):
 class _Slot:
     index: int
     cached: list[int] = field(default_factory=list)  # the tokens its stream holds, in order
+    held_wall: Hashable = NO_WALL  # whose job put them there
+    wall: Hashable = NO_WALL  # the open job's
     open: bool = False
     background: bool = False  # its job yields passes to interactive ones (BACKGROUND_WAIT_S)
 
@@ -93,7 +100,7 @@ class BatchEngine:
 
     `open()` hands a job a SequenceProvider bound to a free slot (blocking while none is); its
     `close()` frees the slot. A slot's stream keeps the last job's tokens, so a job whose prompt
-    shares a prefix with its slot's previous job evaluates only the rest.
+    shares a prefix with its slot's previous job of the same wall evaluates only the rest.
     """
 
     def __init__(
@@ -145,10 +152,17 @@ class BatchEngine:
 
     # -- the job threads' side ------------------------------------------------------------------
 
-    def open(self, timeout: float | None = None, *, background: bool = False) -> SequenceProvider:
-        """A provider bound to a free slot: the lowest, so busy slots stay consecutive. A
-        background sequence (a batch line) steps only in passes no interactive one is waiting
-        for, or once its request has waited BACKGROUND_WAIT_S."""
+    def open(
+        self,
+        timeout: float | None = None,
+        *,
+        wall: Hashable = NO_WALL,
+        background: bool = False,
+    ) -> SequenceProvider:
+        """A provider bound to a free slot: the lowest, so busy slots stay consecutive; it
+        starts from no state another wall's job left. A background sequence (a batch line)
+        steps only in passes no interactive one is waiting for, or once its request has waited
+        BACKGROUND_WAIT_S."""
         with self._lock:
             if not self._lock.wait_for(
                 lambda: self._closed or any(not s.open for s in self._slots), timeout
@@ -157,7 +171,7 @@ class BatchEngine:
             if self._closed:
                 raise EngineClosed("the batch engine is closed")
             slot = next(s for s in self._slots if not s.open)
-            slot.open, slot.background = True, background
+            slot.open, slot.wall, slot.background = True, wall, background
         return SequenceProvider(self, slot)
 
     def release(self, slot: _Slot) -> None:
@@ -277,7 +291,8 @@ class BatchEngine:
             new_prompt = request.outputs == 0 and request.reused < len(request.tokens)
             if new_prompt and self._prompts is not None:
                 # Its stream holds exactly the prompt: kept for the jobs to come.
-                save_prompt(self._ctx, request.slot.index, self._prompts, request.tokens)
+                slot = request.slot
+                save_prompt(self._ctx, slot.index, self._prompts, request.tokens, slot.wall)
         return finished
 
     def _awaits_shared_prompt(self, request: _Request, work: list[_Request]) -> bool:
@@ -285,14 +300,17 @@ class BatchEngine:
         step's tokens with it beyond what its slot holds (one document, several questions, sent
         together). Once that prompt is saved in the prompt cache this one restores it and
         evaluates only the rest; begun together, each would evaluate the whole. Long
-        evaluations go one at a time anyway, so the wait costs it nothing."""
+        evaluations go one at a time anyway, so the wait costs it nothing. Only a prompt behind
+        the same wall is waited for: another's would time this one by its text."""
         if request.outputs or self._prompts is None:
             return False
-        held = common_prefix(request.slot.cached, request.tokens)
+        slot = request.slot
+        held = common_prefix(slot.cached, request.tokens) if slot.held_wall == slot.wall else 0
         # A begun prompt still in the work is saved when it finishes, at the end of a step.
         return any(
             other.outputs == 0
             and other.start >= 0
+            and other.slot.wall == slot.wall
             and common_prefix(other.tokens, request.tokens) - held > self._step_positions
             for other in work
             if other is not request
@@ -300,9 +318,14 @@ class BatchEngine:
 
     def _begin(self, request: _Request) -> None:
         """Drop the slot's cached tokens past what the request shares (and past its first
-        output, whose logits only a pass produces). A prompt first restores the saved state of
-        the worker's prompt cache that shares more of it than the slot holds."""
+        output, whose logits only a pass produces), all of them when another wall's job left
+        them. A prompt first restores the saved state of the worker's prompt cache that shares
+        more of it than the slot holds."""
         slot = request.slot
+        if slot.held_wall != slot.wall:
+            llama_cpp.llama_memory_seq_rm(self._memory, slot.index, -1, -1)
+            slot.cached.clear()
+            slot.held_wall = slot.wall
         if request.outputs == 0:
             self._share_prefix(request)
         keep = min(common_prefix(slot.cached, request.tokens), request.first_output)
@@ -313,13 +336,14 @@ class BatchEngine:
 
     def _share_prefix(self, request: _Request) -> None:
         """Start a prompt from the saved state of the worker's prompt cache that shares more of
-        it than the slot holds (saved by any slot, or by the base model's own prefills). Not from
+        it than the slot holds (saved by any slot, or by the base model's own prefills, behind
+        the same wall). Not from
         another slot's cells directly: llama.cpp copies a stream only at the next pass, after
         which a restore or a save in the same step would read or move stale cells."""
         if self._prompts is None:
             return
         slot, tokens = request.slot, request.tokens
-        hit = self._prompts.longest(tokens)
+        hit = self._prompts.longest(tokens, wall=slot.wall)
         if hit is not None and hit.shared > common_prefix(slot.cached, tokens):
             slot.cached.clear()
             if restore_prompt(self._ctx, slot.index, hit.saved):

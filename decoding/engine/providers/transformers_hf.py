@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +28,7 @@ from transformers import (
 
 from ..tokenizer import Tokenizer
 from ..weights import component_hashes, weights_sha256
-from .base import ModelIdentity, Provider, common_prefix
+from .base import NO_WALL, ModelIdentity, Provider, Walled, common_prefix
 
 # One forward pass at a time in this process, across every TransformersProvider: torch's
 # intra-op threads already use every core, so a draft and a target running at once would only
@@ -189,6 +189,7 @@ class TransformersProvider(Provider):
         self.vocab_size = int(self._model.get_output_embeddings().weight.shape[0])
         self._cache = DynamicCache()
         self._cached: list[int] = []  # the tokens whose keys and values the cache holds
+        self._wall: Hashable = NO_WALL  # whose call put them there (Provider.walled)
         self.tokens_evaluated = 0
         self.identity = ModelIdentity(
             name=name,
@@ -206,17 +207,29 @@ class TransformersProvider(Provider):
             ),
         )
 
-    def prefill(self, context: Sequence[int]) -> int:
+    def walled(self, wall: Hashable) -> Provider:
+        return Walled(self, wall)
+
+    def prefill(self, context: Sequence[int], *, wall: Hashable = NO_WALL) -> int:
         # The last prompt token is left for the first logits call, which needs its logits.
         prompt = list(context[:-1])
         with _MODEL_CALLS:
+            self._enter(wall)
             reused = common_prefix(self._cached, prompt)
             self._evaluate(prompt, 0)
         return reused
 
-    def logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
+    def logits(
+        self, context: Sequence[int], num_positions: int, *, wall: Hashable = NO_WALL
+    ) -> np.ndarray:
         with _MODEL_CALLS:
+            self._enter(wall)
             return self._evaluate(list(context), num_positions)
+
+    def _enter(self, wall: Hashable) -> None:
+        """Empty the KV cache when another wall's call filled it (under _MODEL_CALLS)."""
+        if wall != self._wall:
+            self._cache, self._cached, self._wall = DynamicCache(), [], wall
 
     @torch.inference_mode()
     def _evaluate(self, tokens: list[int], outputs: int) -> np.ndarray:

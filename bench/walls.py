@@ -1,0 +1,167 @@
+"""What the walls between matters cost (docs/adr/0024): prompt evaluation in a worker's batch
+engine, at this revision and at a baseline revision without walls, side by side in one run.
+
+    .venv/bin/python bench/walls.py [--baseline 1d8ae91] [--repeats 3] [--out bench/results]
+
+The held-out review session (bench/data/heldout/prompts.json: two documents, three questions
+each, interleaved as a reviewer works), rendered through the chat template, each question a
+prompt evaluated on a slot of one BatchEngine (the served file, the worker's prompt cache of
+PATHFINDER_PROMPT_CACHE_BYTES' default) and its first logits taken, as a job's prefill does:
+
+- one matter: every question asked by one matter. The walls should cost nothing here.
+- two matters: every question asked by matter A, then again by matter B, one after the other.
+  The documents are public text that two firms both read, so B's questions repeat A's
+  prompts exactly. This is the walls' worst case: without them, B's prompts are served from
+  A's saved states.
+
+Reported: seconds of prompt evaluation and cached prompt tokens per workload, median over
+repeats, each revision on a fresh engine; the ratio walls / no walls. The baseline is this
+script run in a git worktree of `--baseline`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.machine import load_average, run_facts, save_results, wait_for_quiet  # noqa: E402
+from bench.throughput import served_file  # noqa: E402
+
+PROMPT_CACHE_BYTES = 512 << 20  # the worker's default
+
+
+def session_prompts(tokenizer) -> list[list[int]]:
+    data = json.loads((ROOT / "bench" / "data" / "heldout" / "prompts.json").read_text())
+    heldout = ROOT / "bench" / "data" / "heldout"
+    documents = {k: (heldout / v).read_text() for k, v in data["documents"].items()}
+    prompts = []
+    for item in data["review_session"]["questions"]:
+        user = f"{documents[item['document']][:6000]}\n\n{item['question']}"
+        text = (
+            f"<|im_start|>system\n{data['system']}<|im_end|>\n"
+            f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+        )
+        prompts.append(tokenizer.encode(text, add_special=False))
+    return prompts
+
+
+def open_slot(engine, wall):
+    try:
+        return engine.open(wall=wall)
+    except TypeError:  # a baseline before the walls: one shared cache
+        return engine.open()
+
+
+def evaluate(engine, wall, prompt: list[int]) -> tuple[float, int]:
+    """Seconds to evaluate the prompt and take its first logits; prompt tokens found cached."""
+    with open_slot(engine, wall) as sequence:
+        started = time.perf_counter()
+        cached = sequence.prefill(prompt)
+        sequence.logits(prompt, 1)
+        return time.perf_counter() - started, cached
+
+
+def measure(repeats: int) -> dict:
+    from decoding.engine.providers.llamacpp import LlamaCppProvider
+    from decoding.engine.providers.llamacpp_batch import BatchEngine
+
+    path = served_file()
+    results: dict[str, list[dict]] = {"one matter": [], "two matters": []}
+    for _ in range(repeats):
+        for workload in results:
+            base = LlamaCppProvider(
+                path, name="walls", n_threads=2, n_ctx=4096, prompt_cache_bytes=PROMPT_CACHE_BYTES
+            )
+            engine = BatchEngine(base, sequences=8)
+            prompts = session_prompts(base.tokenizer)
+            walls = ["a"] if workload == "one matter" else ["a", "b"]
+            seconds, cached, tokens = 0.0, 0, 0
+            for wall in walls:
+                for prompt in prompts:
+                    spent, found = evaluate(engine, wall, prompt)
+                    seconds, cached, tokens = seconds + spent, cached + found, tokens + len(prompt)
+            engine.close()
+            results[workload].append({"seconds": seconds, "cached": cached, "tokens": tokens})
+    return {
+        workload: {
+            "seconds": statistics.median(r["seconds"] for r in runs),
+            "cached": statistics.median(r["cached"] for r in runs),
+            "tokens": runs[0]["tokens"],
+            "runs": runs,
+        }
+        for workload, runs in results.items()
+    }
+
+
+def baseline(revision: str, repeats: int) -> dict:
+    """The same measurement in a worktree of `revision`, with this script copied in."""
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree),
+                        revision], check=True, capture_output=True)  # fmt: skip
+        try:
+            (tree / "bench" / "walls.py").write_text(Path(__file__).read_text())
+            done = subprocess.run(
+                [sys.executable, "bench/walls.py", "--measure-only", "--repeats", str(repeats)],
+                cwd=tree, check=True, stdout=subprocess.PIPE,
+            )  # fmt: skip
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                           check=True)  # fmt: skip
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        "# The walls between matters: prompt evaluation, with and without",
+        "",
+        f"- date: {report['date']}; command: `{report['command']}`",
+        f"- revision: {report['revision']} beside baseline {report['baseline']}",
+        f"- machine: {report['machine']}",
+        f"- load average before: {report['load_before']}, after: {report['load_after']}",
+        "",
+        "| workload | prompt tokens | no walls: s | cached | walls: s | cached | walls / no walls |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for workload, now in report["walls"].items():
+        then = report["no_walls"][workload]
+        lines.append(
+            f"| {workload} | {now['tokens']} | {then['seconds']:.2f} | {then['cached']:.0f} | "
+            f"{now['seconds']:.2f} | {now['cached']:.0f} | "
+            f"{now['seconds'] / then['seconds']:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", default="1d8ae91", help="a revision without the walls")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--measure-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure_only:  # the baseline's worktree: the figures alone, as JSON
+        print(json.dumps(measure(args.repeats)))
+        return
+    quiet = wait_for_quiet(0.5, 300)
+    report = {**run_facts("walls.py"), "baseline": args.baseline, **quiet}
+    report["load_before"] = load_average()
+    report["no_walls"] = baseline(args.baseline, args.repeats)
+    report["walls"] = measure(args.repeats)
+    report["load_after"] = load_average()
+    text = markdown(report)
+    save_results(args.out, "walls", report, text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""The attacker's suite (issue 39, docs/adr/0024): a key of matter B tries to read matter A's
+confidential prompt through what a real worker shares, on real gunicorn, Celery and PostgreSQL
+processes and the real default model.
+
+Each attack runs twice: as B, where it must recover nothing, and as a second key of matter A,
+the same oracle on the same stack, where it must recover the secret. The second run is the
+proof that the attack works and the wall is what stops it. It is also what the matter's own
+users are owed: their cache keeps working.
+
+- the prefix oracle through counts: `<A's preamble>$` plus one candidate character, read from
+  `usage.prompt_tokens_details.cached_tokens`, with the worker's prompt cache and batch engine;
+- the same through latency: many trials, medians compared, never single timings;
+- slot reuse with the prompt cache off, on a batching worker and on a prefork one;
+- cross-matter drafting: a job never copies drafts from another matter's remembered jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import requests
+
+from .helpers import (
+    Stack,
+    attach_stack_logs,
+    auth,
+    broker_url,
+    create_database,
+    describe,
+    drop_database,
+    forget_queue,
+    free_port,
+    last_line,
+    postgres_url,
+    start_process,
+    stop_all,
+    wait_for_workers,
+    wait_until_healthy,
+)
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(600)]
+
+MODEL = "smollm2-135m-instruct"
+HELDOUT = Path(__file__).resolve().parents[2] / "bench" / "data" / "heldout"
+SECRET = "3,918,204"
+PREAMBLE = (
+    "PRIVILEGED AND CONFIDENTIAL. Settlement memorandum, Harrow v. Lindqvist Freight.\n"
+    + (HELDOUT / "apache-2.0-sections-2-5.txt").read_text()[:900]
+    + "\nThe parties agree that the defendant pays the sum of $"
+)
+CONFIDENTIAL = PREAMBLE + SECRET + " in full settlement of all claims."
+# What follows a guess, so the guessed character is inside the prefill (the last prompt token
+# is evaluated with the first decision, never cached).
+AFTER_GUESS = " in full"
+CANDIDATES = "0123456789,"
+
+BATCHING = {"PATHFINDER_WORKER_SEQUENCES": "8"}
+BATCHING_NO_CACHE = {"PATHFINDER_WORKER_SEQUENCES": "8", "PATHFINDER_PROMPT_CACHE_BYTES": "0"}
+PREFORK_NO_CACHE = {"PATHFINDER_WORKER_SEQUENCES": "1", "PATHFINDER_PROMPT_CACHE_BYTES": "0"}
+
+
+class WallStack(Stack):
+    """One web process and one worker, so every request meets the state the last one left."""
+
+    keys: dict[str, str]
+    log_dir: Path
+    worker_env: dict[str, str] | None = None
+
+    def use_worker(self, env: dict[str, str]) -> None:
+        """Run the worker with `env` (restarting it if it runs with another)."""
+        if self.worker_env == env:
+            return
+        if "worker" in self.processes:
+            stop_all([self.processes.pop("worker")])
+        self.processes["worker"] = start_process(
+            "worker",
+            [sys.executable, "-m", "celery", "-A", "pathfinder_site", "worker",
+             "-n", self.worker_names[0], "--loglevel", "INFO"],
+            {**self.env, **env}, self.log_dir,
+        )  # fmt: skip
+        wait_for_workers(self)
+        self.worker_env = env
+        complete(self, self.keys["a"], "Warm up.", max_tokens=1)  # the model loads
+
+
+@pytest.fixture(scope="module")
+def walls(tmp_path_factory) -> Iterator[WallStack]:
+    suffix = secrets.token_hex(4)
+    database = f"pathfinder_walls_{suffix}"
+    admin_url = create_database(database)
+    log_dir = tmp_path_factory.mktemp("walls-stack")
+    env = {
+        **os.environ,
+        "DATABASE_URL": postgres_url(database),
+        "CELERY_BROKER_URL": broker_url(),
+        "PATHFINDER_CHECKPOINT_KEY_FILE": str(log_dir / "signing.key"),
+        "PATHFINDER_CHECKPOINT_PUBLISH_DIR": str(log_dir / "published"),
+        "PATHFINDER_TASK_QUEUE": f"pathfinder-walls-{suffix}",
+        "PATHFINDER_LOG_LEVEL": "WARNING",
+        "PATHFINDER_LLAMA_THREADS": "1",
+        "PATHFINDER_RATE_LIMIT": "100000/minute",
+    }
+    port = free_port()
+    stack = WallStack(
+        base_url=f"http://127.0.0.1:{port}",
+        api_key="",
+        env=env,
+        database=database,
+        database_url=postgres_url(database),
+        worker_names=[f"walls-{suffix}@{socket.gethostname()}"],
+    )
+    stack.log_dir = log_dir
+    try:
+        migrated = stack.manage("migrate", "--noinput")
+        assert migrated.returncode == 0, describe(migrated)
+        stack.keys = {
+            name: last_line(stack.manage("create_api_key", "--matter", matter, name))
+            for name, matter in (("a", "firm-a"), ("a2", "firm-a"), ("b", "firm-b"))
+        }
+        stack.processes["gunicorn"] = start_process(
+            "gunicorn",
+            [sys.executable, "-m", "gunicorn", "pathfinder_site.wsgi:application",
+             "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4"],
+            env, log_dir,
+        )  # fmt: skip
+        wait_until_healthy(stack.base_url, list(stack.processes.values()))
+        yield stack
+    finally:
+        stop_all(list(stack.processes.values()))
+        drop_database(admin_url, database)
+        forget_queue(env["CELERY_BROKER_URL"], env["PATHFINDER_TASK_QUEUE"])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    stack = getattr(item, "funcargs", {}).get("walls")
+    if report.failed and isinstance(stack, Stack):
+        attach_stack_logs(report, stack)
+    return report
+
+
+def complete(stack: Stack, key: str, prompt: str, max_tokens: int = 1) -> dict:
+    """One /v1/completions call, greedy; its body with the seconds it took as `elapsed`."""
+    started = time.monotonic()
+    response = requests.post(
+        stack.url("/v1/completions"),
+        json={"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0},
+        headers=auth(key),
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    return {**response.json(), "elapsed": time.monotonic() - started}
+
+
+def cached_tokens(body: dict) -> int:
+    return body["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def prefix_oracle(stack: Stack, key: str, characters: int) -> tuple[str, list[list[int]]]:
+    """Recover the secret's first `characters` characters as the attacker did: for each, the
+    candidate whose guess the service reports the most cached tokens for. Returns what it
+    recovered, ending in "?" where no candidate stood out (the attacker is stuck there), and
+    every count it read."""
+    recovered, counts = "", []
+    for _ in range(characters):
+        read = [
+            cached_tokens(complete(stack, key, PREAMBLE + recovered + c + AFTER_GUESS))
+            for c in CANDIDATES
+        ]
+        counts.append(read)
+        best = max(read)
+        if read.count(best) != 1:
+            return recovered + "?", counts
+        recovered += CANDIDATES[read.index(best)]
+    return recovered, counts
+
+
+def test_the_prefix_oracle_through_cached_tokens_recovers_nothing_across_the_wall(walls):
+    walls.use_worker(BATCHING)
+    complete(walls, walls.keys["a"], CONFIDENTIAL)  # matter A reads its memorandum
+    first_guess = complete(walls, walls.keys["b"], PREAMBLE + "x" + AFTER_GUESS)
+    assert cached_tokens(first_guess) == 0  # nothing of A's counted for B
+    recovered, counts = prefix_oracle(walls, walls.keys["b"], 3)
+    assert recovered == "?", counts  # every guess counted alike: B's own first guess's prefix
+    # The same oracle with a key of matter A itself reads the figure: the attack works, and
+    # the wall is what stops it (the matter's own cache keeps serving it).
+    recovered, counts = prefix_oracle(walls, walls.keys["a2"], 3)
+    assert recovered == SECRET[:3], counts
+
+
+def fresh_memo(trial: int, kind: str) -> str:
+    """A memorandum no request has sent: a header of its own, then held-out text cut at a
+    place of its own (the same length for every kind, so prefills cost alike)."""
+    text = (HELDOUT / "gpl-3.0.txt").read_text()
+    start = 1500 * (2 * trial + (kind == "fresh")) + 97
+    return f"Memo {secrets.token_hex(6)} ({kind}).\n" + text[start : start + 1400]
+
+
+def test_latency_tells_another_matter_nothing_of_a_matters_document(walls):
+    """B sends the exact document A just sent, and a fresh one of the same length: the medians
+    over many trials agree within 0.8-1.25x. A's second key, sending A's document, is served
+    from the cache (the control: the signal is there to be found)."""
+    walls.use_worker(BATCHING)
+    question = "\n\nQuestion: Who are the parties?\nAnswer:"
+    across, fresh, within = [], [], []
+    for trial in range(7):
+        documents = {kind: fresh_memo(trial, kind) for kind in ("a", "fresh", "own")}
+        complete(walls, walls.keys["a"], documents["a"] + question)
+        complete(walls, walls.keys["a"], documents["own"] + question)
+        across.append(complete(walls, walls.keys["b"], documents["a"] + question))
+        fresh.append(complete(walls, walls.keys["b"], documents["fresh"] + question))
+        within.append(complete(walls, walls.keys["a2"], documents["own"] + question))
+    # B's own earlier memos share their first word or two with these; A's share all of them.
+    counts = [(cached_tokens(b), cached_tokens(f)) for b, f in zip(across, fresh, strict=True)]
+    assert all(b <= 4 and f <= 4 for b, f in counts), counts
+    ratio = statistics.median(b["elapsed"] for b in across) / statistics.median(
+        b["elapsed"] for b in fresh
+    )
+    timings = [(b["elapsed"], f["elapsed"]) for b, f in zip(across, fresh, strict=True)]
+    assert 0.8 <= ratio <= 1.25, timings
+    control = statistics.median(b["elapsed"] for b in within) / statistics.median(
+        b["elapsed"] for b in fresh
+    )
+    assert control < 0.8 and all(cached_tokens(body) > 200 for body in within), control
+
+
+@pytest.mark.parametrize(
+    "worker", [BATCHING_NO_CACHE, PREFORK_NO_CACHE], ids=["batching", "prefork"]
+)
+def test_with_the_prompt_cache_off_the_last_jobs_slot_tells_another_matter_nothing(walls, worker):
+    """One job after another lands on the same slot (the lowest free one, or a prefork
+    worker's one sequence), whose KV cells still hold the last job's tokens."""
+    walls.use_worker(worker)
+    complete(walls, walls.keys["a"], CONFIDENTIAL)
+    control = complete(walls, walls.keys["a2"], PREAMBLE + SECRET[0] + AFTER_GUESS)
+    assert cached_tokens(control) > 200  # the same matter's next job starts from the slot
+    complete(walls, walls.keys["a"], CONFIDENTIAL)
+    probe = complete(walls, walls.keys["b"], PREAMBLE + SECRET[0] + AFTER_GUESS)
+    assert cached_tokens(probe) == 0
+
+
+def job_id(body: dict) -> str:
+    return body["id"].removeprefix("cmpl-")
+
+
+def drafted_from(stack: Stack, job_id: str) -> set[str]:
+    """The remembered jobs a job's copied drafts name as their source."""
+    with psycopg.connect(stack.database_url, autocommit=True) as db:
+        rows = db.execute(
+            """SELECT r.payload::jsonb -> 'draft_source' ->> 'reference'
+               FROM audit_decisionrecord r JOIN audit_trail t ON t.id = r.trail_id
+               WHERE t.job_id = %s AND r.kind = 'decision'""",
+            [job_id],
+        ).fetchall()
+    return {reference for (reference,) in rows if reference not in (None, "context")}
+
+
+def test_a_job_never_copies_drafts_from_another_matters_jobs(walls):
+    walls.use_worker(BATCHING)
+    quote = (
+        "Repeat exactly: The brake defect in March 2021 was known to the fleet manager, who "
+        "ordered the trucks back on the road without repair."
+    )
+    source = complete(walls, walls.keys["a"], quote, max_tokens=40)
+    ask = "Repeat exactly: The brake defect in March"
+    across = complete(walls, walls.keys["b"], ask, max_tokens=30)
+    within = complete(walls, walls.keys["a2"], ask, max_tokens=30)
+    source_id = job_id(source)
+    assert source_id not in drafted_from(walls, job_id(across))
+    assert source_id in drafted_from(walls, job_id(within))  # the control: it copies
