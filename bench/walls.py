@@ -129,7 +129,7 @@ def markdown(report: dict) -> str:
         f"- machine: {report['machine']}",
         f"- load average before: {report['load_before']}, after: {report['load_after']}",
         "",
-        "| workload | prompt tokens | no walls: s | cached | walls: s | cached | walls / no walls |",
+        "| workload | prompt tokens | no walls: s | cached | walls: s | cached | walls / none |",
         "|---|---|---|---|---|---|---|",
     ]
     for workload, now in report["walls"].items():
