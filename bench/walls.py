@@ -14,9 +14,18 @@ PATHFINDER_PROMPT_CACHE_BYTES' default) and its first logits taken, as a job's p
   prompts exactly. This is the walls' worst case: without them, B's prompts are served from
   A's saved states.
 
-Reported: seconds of prompt evaluation and cached prompt tokens per workload, median over
-repeats, each revision on a fresh engine; the ratio walls / no walls. The baseline is this
-script run in a git worktree of `--baseline`.
+And decoding throughput, on bench/throughput.py's held-out jobs (questions about the documents
+and open text, greedy and sampled in turn), eight decoded together on one engine with prompt
+lookup, as a worker decodes them:
+
+- decode, one matter: every job of one matter;
+- decode, a matter each: every job of a matter of its own. The jobs that share a document no
+  longer share its prefill.
+
+Reported: seconds of prompt evaluation and cached prompt tokens per review workload, output
+tokens per second per decode workload (prefills included), median over repeats, each revision
+on a fresh engine; the ratio walls / no walls. The baseline is this script run in a git
+worktree of `--baseline`.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -34,9 +44,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import load_average, run_facts, save_results, wait_for_quiet  # noqa: E402
-from bench.throughput import served_file  # noqa: E402
+from bench.throughput import prompt_tokens, served_file, workload  # noqa: E402
 
 PROMPT_CACHE_BYTES = 512 << 20  # the worker's default
+DECODE_JOBS, DECODE_TOKENS, DRAFT_LENGTH = 8, 48, 8
 
 
 def session_prompts(tokenizer) -> list[list[int]]:
@@ -70,35 +81,89 @@ def evaluate(engine, wall, prompt: list[int]) -> tuple[float, int]:
         return time.perf_counter() - started, cached
 
 
+def decode(engine, walls: list[str], prompts: list[list[int]], bodies: list[dict]) -> dict:
+    """The jobs decoded together, job i behind walls[i]: output tokens per second."""
+    from decoding.engine import (
+        FixedSchedule,
+        GenerationParams,
+        GenerationRequest,
+        PromptLookupDrafter,
+        SpeculativeDecoder,
+    )
+    from decoding.engine.decoder import AuditSink
+
+    class Dropped(AuditSink):
+        def record(self, record) -> None:
+            record.payload()  # made, as a worker's sink makes it, and dropped
+
+    outputs = [0] * len(prompts)
+
+    def job(i: int) -> None:
+        body = bodies[i]
+        params = GenerationParams(
+            max_tokens=DECODE_TOKENS, temperature=body.get("temperature", 0.0),
+            top_p=body.get("top_p", 1.0), seed=body["seed"], draft_length=DRAFT_LENGTH,
+        )  # fmt: skip
+        with open_slot(engine, walls[i]) as sequence:
+            decoder = SpeculativeDecoder(
+                PromptLookupDrafter(engine.base.vocab_size), sequence, Dropped(),
+                tokenizer=engine.base.tokenizer,
+            )  # fmt: skip
+            result = decoder.generate(
+                GenerationRequest(f"job-{i}", tuple(prompts[i]), params),
+                schedule=FixedSchedule(DRAFT_LENGTH),
+            )
+            outputs[i] = len(result.output_token_ids)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    return {"seconds": elapsed, "tokens": sum(outputs), "tok_s": sum(outputs) / elapsed}
+
+
+REVIEW = ("one matter", "two matters")
+DECODE = ("decode, one matter", "decode, a matter each")
+
+
 def measure(repeats: int) -> dict:
     from decoding.engine.providers.llamacpp import LlamaCppProvider
     from decoding.engine.providers.llamacpp_batch import BatchEngine
 
     path = served_file()
-    results: dict[str, list[dict]] = {"one matter": [], "two matters": []}
+    results: dict[str, list[dict]] = {name: [] for name in (*REVIEW, *DECODE)}
+    bodies = workload(DECODE_JOBS, DECODE_TOKENS)
     for _ in range(repeats):
-        for workload in results:
+        for name in results:
             base = LlamaCppProvider(
                 path, name="walls", n_threads=2, n_ctx=4096, prompt_cache_bytes=PROMPT_CACHE_BYTES
             )
             engine = BatchEngine(base, sequences=8)
+            if name in DECODE:
+                prompts = prompt_tokens(base.tokenizer, bodies)
+                one = name == "decode, one matter"
+                walls = ["a" if one else f"m{i}" for i in range(len(prompts))]
+                results[name].append(decode(engine, walls, prompts, bodies))
+                engine.close()
+                continue
             prompts = session_prompts(base.tokenizer)
-            walls = ["a"] if workload == "one matter" else ["a", "b"]
+            walls = ["a"] if name == "one matter" else ["a", "b"]
             seconds, cached, tokens = 0.0, 0, 0
             for wall in walls:
                 for prompt in prompts:
                     spent, found = evaluate(engine, wall, prompt)
                     seconds, cached, tokens = seconds + spent, cached + found, tokens + len(prompt)
             engine.close()
-            results[workload].append({"seconds": seconds, "cached": cached, "tokens": tokens})
+            results[name].append({"seconds": seconds, "cached": cached, "tokens": tokens})
     return {
-        workload: {
-            "seconds": statistics.median(r["seconds"] for r in runs),
-            "cached": statistics.median(r["cached"] for r in runs),
-            "tokens": runs[0]["tokens"],
+        name: {
+            **{key: statistics.median(r[key] for r in runs) for key in runs[0]},
             "runs": runs,
         }
-        for workload, runs in results.items()
+        for name, runs in results.items()
     }
 
 
@@ -132,12 +197,25 @@ def markdown(report: dict) -> str:
         "| workload | prompt tokens | no walls: s | cached | walls: s | cached | walls / none |",
         "|---|---|---|---|---|---|---|",
     ]
-    for workload, now in report["walls"].items():
-        then = report["no_walls"][workload]
+    for name in REVIEW:
+        now, then = report["walls"][name], report["no_walls"][name]
         lines.append(
-            f"| {workload} | {now['tokens']} | {then['seconds']:.2f} | {then['cached']:.0f} | "
+            f"| {name} | {now['tokens']:.0f} | {then['seconds']:.2f} | {then['cached']:.0f} | "
             f"{now['seconds']:.2f} | {now['cached']:.0f} | "
             f"{now['seconds'] / then['seconds']:.2f}x |"
+        )
+    lines += [
+        "",
+        f"Decoding {DECODE_JOBS} held-out jobs together, {DECODE_TOKENS} tokens at most each:",
+        "",
+        "| workload | output tokens | no walls: tok/s | walls: tok/s | walls / none |",
+        "|---|---|---|---|---|",
+    ]
+    for name in DECODE:
+        now, then = report["walls"][name], report["no_walls"][name]
+        lines.append(
+            f"| {name} | {now['tokens']:.0f} | {then['tok_s']:.1f} | {now['tok_s']:.1f} | "
+            f"{now['tok_s'] / then['tok_s']:.2f}x |"
         )
     return "\n".join(lines) + "\n"
 
