@@ -58,6 +58,3 @@ def forget_all() -> None:
     with _lock:
         _remembered.clear()
         _tokens = 0
-
-
-_lock = threading.Lock()

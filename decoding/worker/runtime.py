@@ -56,7 +56,8 @@ class LoadedModels:
     # Seconds per verify of n positions, measured at load for an adaptive spec (else None).
     verify_cost: dict[int, float] | None
     # What copied drafts' acceptance by match length has been on this worker, job after job,
-    # per matter: it sets the draft lengths a later job's records show.
+    # per matter: it sets the draft lengths a later job's records show. A few floats a matter,
+    # kept for the process's life, as a worker's loaded models are.
     match_statistics: dict[Hashable, MatchStatistics] = field(default_factory=dict)
     # The jobs' shared passes over the target, on a worker decoding several jobs at once.
     engine: BatchEngine | None = None

@@ -6,11 +6,13 @@ matter's next question still skips its document's prefill. Each test reads the c
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from decoding.engine import DraftModelDrafter
 from decoding.engine.providers.llamacpp_batch import BatchEngine
 
 HELDOUT = Path(__file__).resolve().parents[2] / "bench" / "data" / "heldout"
@@ -58,7 +60,9 @@ def test_another_matter_finds_nothing_in_the_saved_prompts_while_the_matter_find
     assert reused == shared > 300  # matter A's question still skips its document's prefill
 
 
-def test_logits_after_another_matters_turn_equal_a_fresh_evaluations(make_llama):
+def test_the_walls_keep_exactness_logits_after_another_matters_turn_equal_a_fresh_one(
+    make_llama,
+):
     provider = make_llama(n_ctx=2048, prompt_cache_bytes=64 << 20)
     ask(provider.walled(A), CONFIDENTIAL, "What is the settlement figure?")
     b = provider.walled(B)
@@ -70,9 +74,9 @@ def test_logits_after_another_matters_turn_equal_a_fresh_evaluations(make_llama)
 
 @pytest.fixture
 def engine(make_llama):
-    def make(prompt_cache_bytes: int) -> BatchEngine:
+    def make(prompt_cache_bytes: int, sequences: int = 2) -> BatchEngine:
         base = make_llama(n_ctx=2048, prompt_cache_bytes=prompt_cache_bytes)
-        engines.append(BatchEngine(base, sequences=2))
+        engines.append(BatchEngine(base, sequences=sequences))
         return engines[-1]
 
     engines: list[BatchEngine] = []
@@ -99,7 +103,9 @@ def test_a_batch_slot_another_matter_used_starts_empty(engine, prompt_cache_byte
         assert reused > 300  # the matter's own slot (or saved prompt) still serves it
 
 
-def test_a_batch_slots_logits_after_another_matter_equal_a_fresh_evaluations(engine, make_llama):
+def test_the_walls_keep_exactness_a_slots_logits_after_another_matter_equal_a_fresh_one(
+    engine, make_llama
+):
     batch = engine(64 << 20)
     with batch.open(wall=A) as a:
         ask(a, CONFIDENTIAL, "What is the settlement figure?")
@@ -109,3 +115,53 @@ def test_a_batch_slots_logits_after_another_matter_equal_a_fresh_evaluations(eng
     fresh = make_llama(n_ctx=2048)
     fresh.prefill(prompt)
     np.testing.assert_array_equal(walled, fresh.logits(prompt, 3))
+
+
+@pytest.mark.parametrize("neighbours", [B, A], ids=["another matter's", "its own matter's"])
+def test_a_finished_jobs_cells_never_lengthen_another_matters_passes(engine, neighbours):
+    """A pass pads every slot between its lowest and highest, and attention runs over the
+    longest stream in it: matter A's finished prompt left in slot 1 would time the passes of
+    matter B's jobs in slots 0 and 2. It is emptied; beside A's own jobs it stays, for A."""
+    batch = engine(0, sequences=3)
+    low, middle, high = batch.open(wall=neighbours), batch.open(wall=A), batch.open(wall=neighbours)
+    ask(middle, CONFIDENTIAL, "What is the settlement figure?")
+    middle.close()
+    assert len(batch._slots[1].cached) > 300
+    context = low.tokenizer.encode("Good morning. Please")
+    threads = [
+        threading.Thread(target=sequence.logits, args=(context, 1)) for sequence in (low, high)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    low.close()
+    high.close()
+    left = len(batch._slots[1].cached)
+    assert left == 0 if neighbours == B else left > 300
+
+
+def test_a_draft_models_live_cache_is_walled(make_llama):
+    """A draft model's provider is shared by every job of the worker, in turns."""
+    draft = make_llama(n_ctx=2048)
+    drafter = DraftModelDrafter(draft)
+    prompt = draft.tokenizer.encode(CONFIDENTIAL)
+    drafter.walled(A).prefill(prompt)
+    evaluated = draft.tokens_evaluated
+    drafter.walled(B).prefill(prompt)
+    assert draft.tokens_evaluated - evaluated == len(prompt) - 1  # the whole prompt again
+    evaluated = draft.tokens_evaluated
+    drafter.walled(B).prefill(prompt)
+    assert draft.tokens_evaluated == evaluated  # its own, kept
+
+
+def test_a_transformers_models_live_cache_is_walled(tiny_models):
+    from decoding.engine.providers.transformers_hf import TransformersProvider
+
+    provider = TransformersProvider(tiny_models["tiny4"], name="tiny4")
+    context = provider.tokenizer.encode("the big red dog sat on the mat and the cat ran home")
+    assert provider.walled(A).prefill(context) == 0
+    evaluated = provider.tokens_evaluated
+    assert provider.walled(B).prefill(context) == 0
+    assert provider.tokens_evaluated - evaluated == len(context) - 1
+    assert provider.walled(B).prefill(context) == len(context) - 1  # its own, kept

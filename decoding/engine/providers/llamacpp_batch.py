@@ -21,7 +21,9 @@ waits for that one's saved state instead of evaluating the document again.
 Sharing stops at the wall a sequence is opened behind (its job's matter, docs/adr/0024): a slot
 whose stream holds another wall's tokens is emptied before its new job's first evaluation, a
 prompt restores only its own wall's saved states, and waits only for its own wall's prompts.
-Streams are apart (kv_unified off), so a pass shares compute and time, never cells.
+Streams are apart (kv_unified off), so a pass shares compute and time, never cells; and a
+finished job's cells left in a slot never lengthen, and so time, a pass that carries another
+wall's sequences (attention runs over the longest stream in the pass).
 """
 
 from __future__ import annotations
@@ -323,8 +325,7 @@ class BatchEngine:
         more of it than the slot holds."""
         slot = request.slot
         if slot.held_wall != slot.wall:
-            llama_cpp.llama_memory_seq_rm(self._memory, slot.index, -1, -1)
-            slot.cached.clear()
+            self._empty(slot)
             slot.held_wall = slot.wall
         if request.outputs == 0:
             self._share_prefix(request)
@@ -355,10 +356,13 @@ class BatchEngine:
         width = max(r.remaining for r in requests)
         by_slot = {r.slot.index: r for r in requests}
         low, high = min(by_slot), max(by_slot)
+        walls = {r.slot.wall for r in requests}
         entries = []  # (slot, tokens, first output position, request)
         for index in range(low, high + 1):
             slot = self._slots[index]
             request = by_slot.get(index)
+            if request is None and not slot.open and walls != {slot.held_wall}:
+                self._empty(slot)  # a finished job's cells, padded alongside another wall's
             real = request.tokens[request.start :] if request else []
             last = real[-1] if real else (slot.cached[-1] if slot.cached else 0)
             first = request.first_output if request else len(slot.cached) + width
@@ -416,8 +420,11 @@ class BatchEngine:
     def _forget(self, work: list[_Request]) -> None:
         """After a failed pass its streams may hold part of it: empty them."""
         for slot in {r.slot.index: r.slot for r in work}.values():
-            llama_cpp.llama_memory_seq_rm(self._memory, slot.index, -1, -1)
-            slot.cached.clear()
+            self._empty(slot)
+
+    def _empty(self, slot: _Slot) -> None:
+        llama_cpp.llama_memory_seq_rm(self._memory, slot.index, -1, -1)
+        slot.cached.clear()
 
 
 def _finish(request: _Request, error: BaseException | None) -> None:
