@@ -198,12 +198,18 @@ def test_the_prefix_oracle_through_cached_tokens_recovers_nothing_across_the_wal
     assert recovered == SECRET[:3], counts
 
 
+# About 1,000 tokens: long enough that its prefill, not the request's own overheads (which vary
+# by a few tenths of a second), makes most of the latency.
+MEMO_CHARS = 4500
+
+
 def fresh_memo(trial: int, kind: str) -> str:
-    """A memorandum no request has sent: a header of its own, then held-out text cut at a
-    place of its own (the same length for every kind, so prefills cost alike)."""
+    """A memorandum no request has sent: a header of its own, then the trial's cut of held-out
+    text. Every kind of a trial shares the cut, so their prefills cost alike, and shares no
+    prefix past "Memo " with any other (a KV cache keeps only a shared prefix)."""
     text = (HELDOUT / "gpl-3.0.txt").read_text()
-    start = 1500 * (2 * trial + (kind == "fresh")) + 97
-    return f"Memo {secrets.token_hex(6)} ({kind}).\n" + text[start : start + 1400]
+    start = 3000 * trial % (len(text) - MEMO_CHARS) + 97
+    return f"Memo {secrets.token_hex(6)} ({kind}).\n" + text[start : start + MEMO_CHARS]
 
 
 def test_latency_tells_another_matter_nothing_of_a_matters_document(walls):
@@ -213,12 +219,14 @@ def test_latency_tells_another_matter_nothing_of_a_matters_document(walls):
     walls.use_worker(BATCHING)
     question = "\n\nQuestion: Who are the parties?\nAnswer:"
     across, fresh, within = [], [], []
-    for trial in range(7):
+    for trial in range(9):
         documents = {kind: fresh_memo(trial, kind) for kind in ("a", "fresh", "own")}
         complete(walls, walls.keys["a"], documents["a"] + question)
         complete(walls, walls.keys["a"], documents["own"] + question)
-        across.append(complete(walls, walls.keys["b"], documents["a"] + question))
-        fresh.append(complete(walls, walls.keys["b"], documents["fresh"] + question))
+        # Each goes first in turn, so neither always follows the same kind of job.
+        probes = [(across, documents["a"]), (fresh, documents["fresh"])]
+        for timings, document in probes if trial % 2 else probes[::-1]:
+            timings.append(complete(walls, walls.keys["b"], document + question))
         within.append(complete(walls, walls.keys["a2"], documents["own"] + question))
     # B's own earlier memos share their first word or two with these; A's share all of them.
     counts = [(cached_tokens(b), cached_tokens(f)) for b, f in zip(across, fresh, strict=True)]
