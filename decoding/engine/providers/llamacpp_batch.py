@@ -338,9 +338,9 @@ class BatchEngine:
     def _share_prefix(self, request: _Request) -> None:
         """Start a prompt from the saved state of the worker's prompt cache that shares more of
         it than the slot holds (saved by any slot, or by the base model's own prefills, behind
-        the same wall). Not from
-        another slot's cells directly: llama.cpp copies a stream only at the next pass, after
-        which a restore or a save in the same step would read or move stale cells."""
+        the same wall). Not from another slot's cells directly: llama.cpp copies a stream only
+        at the next pass, after which a restore or a save in the same step would read or move
+        stale cells."""
         if self._prompts is None:
             return
         slot, tokens = request.slot, request.tokens
