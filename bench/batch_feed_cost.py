@@ -22,9 +22,7 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -109,21 +107,14 @@ def measure(sizes: list[int], database: str) -> list[dict]:
 
 def baseline(revision: str, sizes: list[int]) -> list[dict]:
     """The same measurement in a worktree of `revision`, with this script copied in."""
-    with tempfile.TemporaryDirectory() as scratch:
-        tree = Path(scratch) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree),
-                        revision], check=True, capture_output=True)  # fmt: skip
-        try:
-            (tree / "bench" / "batch_feed_cost.py").write_text(Path(__file__).read_text())
-            done = subprocess.run(
-                [sys.executable, "bench/batch_feed_cost.py", "--measure-only",
-                 "--sizes", ",".join(map(str, sizes)), "--database", _database(revision)],
-                cwd=tree, check=True, stdout=subprocess.PIPE,
-            )  # fmt: skip
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                           check=True)  # fmt: skip
-    return json.loads(done.stdout)
+    from bench.baseline import measure_at  # not in an older worktree, where this never runs
+
+    return measure_at(
+        revision,
+        Path(__file__),
+        ["--measure-only", "--sizes", ",".join(map(str, sizes)),
+         "--database", _database(revision)],
+    )  # fmt: skip
 
 
 def _database(revision: str) -> str:

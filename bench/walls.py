@@ -33,9 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -169,20 +167,9 @@ def measure(repeats: int) -> dict:
 
 def baseline(revision: str, repeats: int) -> dict:
     """The same measurement in a worktree of `revision`, with this script copied in."""
-    with tempfile.TemporaryDirectory() as scratch:
-        tree = Path(scratch) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree),
-                        revision], check=True, capture_output=True)  # fmt: skip
-        try:
-            (tree / "bench" / "walls.py").write_text(Path(__file__).read_text())
-            done = subprocess.run(
-                [sys.executable, "bench/walls.py", "--measure-only", "--repeats", str(repeats)],
-                cwd=tree, check=True, stdout=subprocess.PIPE,
-            )  # fmt: skip
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                           check=True)  # fmt: skip
-    return json.loads(done.stdout.decode().strip().splitlines()[-1])
+    from bench.baseline import measure_at  # not in an older worktree, where this never runs
+
+    return measure_at(revision, Path(__file__), ["--measure-only", "--repeats", str(repeats)])
 
 
 def markdown(report: dict) -> str:

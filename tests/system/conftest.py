@@ -121,7 +121,8 @@ def postgres_stack(tmp_path_factory) -> Iterator[Stack]:
 def pytest_runtest_makereport(item, call):
     """On a failure, attach the tail of every stack process's log to the test's report."""
     report = yield
-    stack = getattr(item, "funcargs", {}).get("postgres_stack")
-    if report.failed and isinstance(stack, Stack):
-        attach_stack_logs(report, stack)
+    stacks = [v for v in getattr(item, "funcargs", {}).values() if isinstance(v, Stack)]
+    if report.failed:
+        for stack in stacks:
+            attach_stack_logs(report, stack)
     return report

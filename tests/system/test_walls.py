@@ -31,7 +31,6 @@ import requests
 
 from .helpers import (
     Stack,
-    attach_stack_logs,
     auth,
     broker_url,
     create_database,
@@ -138,15 +137,6 @@ def walls(tmp_path_factory) -> Iterator[WallStack]:
         stop_all(list(stack.processes.values()))
         drop_database(admin_url, database)
         forget_queue(env["CELERY_BROKER_URL"], env["PATHFINDER_TASK_QUEUE"])
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    report = yield
-    stack = getattr(item, "funcargs", {}).get("walls")
-    if report.failed and isinstance(stack, Stack):
-        attach_stack_logs(report, stack)
-    return report
 
 
 def complete(stack: Stack, key: str, prompt: str, max_tokens: int = 1) -> dict:
