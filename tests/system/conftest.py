@@ -7,7 +7,6 @@ its own log files.
 
 from __future__ import annotations
 
-import os
 import secrets
 import socket
 import sys
@@ -18,12 +17,12 @@ import pytest
 from .helpers import (
     Stack,
     attach_stack_logs,
-    broker_url,
     create_database,
     describe,
     drop_database,
     forget_queue,
     free_port,
+    isolated_env,
     last_line,
     postgres_url,
     start_process,
@@ -41,21 +40,10 @@ def postgres_stack(tmp_path_factory) -> Iterator[Stack]:
     database_url = postgres_url(database)
     signing_dir = tmp_path_factory.mktemp("system-signing")
     env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "CELERY_BROKER_URL": broker_url(),
-        # The stack's own log key and published checkpoints, never those of the checkout's var/
-        # (a `make run` there signs checkpoints of another log).
-        "PATHFINDER_CHECKPOINT_KEY_FILE": str(signing_dir / "signing.key"),
-        "PATHFINDER_CHECKPOINT_PUBLISH_DIR": str(signing_dir / "published"),
-        # A queue of its own, so no other worker on this Redis takes the stack's jobs.
-        "PATHFINDER_TASK_QUEUE": f"pathfinder-test-{suffix}",
-        "PATHFINDER_LOG_LEVEL": "WARNING",
+        **isolated_env(database, suffix, signing_dir),
         # Workers batch eight jobs at once (decoding.worker.runtime), as the README's sizing shows.
         "PATHFINDER_WORKER_SEQUENCES": "8",
         "PATHFINDER_DEFAULT_MODEL": "stub",
-        # The schema fuzzer sends hundreds of requests a minute; the throttle has its own test.
-        "PATHFINDER_RATE_LIMIT": "100000/minute",
     }
     log_dir = tmp_path_factory.mktemp("system-stack")
     port = free_port()

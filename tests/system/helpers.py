@@ -164,6 +164,25 @@ def broker_url() -> str:
     return url if url.startswith(("redis://", "rediss://")) else DEFAULT_BROKER_URL
 
 
+def isolated_env(database: str, suffix: str, signing_dir: Path) -> dict[str, str]:
+    """The environment of a test stack's processes, apart from every other stack's: a database,
+    a log key and published checkpoints, and a queue of its own."""
+    return {
+        **os.environ,
+        "DATABASE_URL": postgres_url(database),
+        "CELERY_BROKER_URL": broker_url(),
+        # The stack's own log key and published checkpoints, never those of the checkout's var/
+        # (a `make run` there signs checkpoints of another log).
+        "PATHFINDER_CHECKPOINT_KEY_FILE": str(signing_dir / "signing.key"),
+        "PATHFINDER_CHECKPOINT_PUBLISH_DIR": str(signing_dir / "published"),
+        # A queue of its own, so no other worker on this Redis takes the stack's jobs.
+        "PATHFINDER_TASK_QUEUE": f"pathfinder-test-{suffix}",
+        "PATHFINDER_LOG_LEVEL": "WARNING",
+        # Tests send requests faster than a client would; the throttle has its own test.
+        "PATHFINDER_RATE_LIMIT": "100000/minute",
+    }
+
+
 @dataclass
 class Stack:
     base_url: str

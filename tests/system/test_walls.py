@@ -16,7 +16,6 @@ users are owed: their cache keeps working.
 
 from __future__ import annotations
 
-import os
 import secrets
 import socket
 import statistics
@@ -32,12 +31,12 @@ import requests
 from .helpers import (
     Stack,
     auth,
-    broker_url,
     create_database,
     describe,
     drop_database,
     forget_queue,
     free_port,
+    isolated_env,
     last_line,
     postgres_url,
     start_process,
@@ -97,17 +96,7 @@ def walls(tmp_path_factory) -> Iterator[WallStack]:
     database = f"pathfinder_walls_{suffix}"
     admin_url = create_database(database)
     log_dir = tmp_path_factory.mktemp("walls-stack")
-    env = {
-        **os.environ,
-        "DATABASE_URL": postgres_url(database),
-        "CELERY_BROKER_URL": broker_url(),
-        "PATHFINDER_CHECKPOINT_KEY_FILE": str(log_dir / "signing.key"),
-        "PATHFINDER_CHECKPOINT_PUBLISH_DIR": str(log_dir / "published"),
-        "PATHFINDER_TASK_QUEUE": f"pathfinder-walls-{suffix}",
-        "PATHFINDER_LOG_LEVEL": "WARNING",
-        "PATHFINDER_LLAMA_THREADS": "1",
-        "PATHFINDER_RATE_LIMIT": "100000/minute",
-    }
+    env = {**isolated_env(database, suffix, log_dir), "PATHFINDER_LLAMA_THREADS": "1"}
     port = free_port()
     stack = WallStack(
         base_url=f"http://127.0.0.1:{port}",
