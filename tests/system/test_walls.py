@@ -180,6 +180,8 @@ def test_the_prefix_oracle_through_cached_tokens_recovers_nothing_across_the_wal
 # About 1,000 tokens: long enough that its prefill, not the request's own overheads (which vary
 # by a few tenths of a second), makes most of the latency.
 MEMO_CHARS = 4500
+# More than a memo's header ("Memo <12 hex digits> (kind).") can take, far fewer than its text.
+HEADER_TOKENS = 20
 
 
 def fresh_memo(trial: int, kind: str) -> str:
@@ -207,9 +209,10 @@ def test_latency_tells_another_matter_nothing_of_a_matters_document(walls):
         for timings, document in probes if trial % 2 else probes[::-1]:
             timings.append(complete(walls, walls.keys["b"], document + question))
         within.append(complete(walls, walls.keys["a2"], documents["own"] + question))
-    # B's own earlier memos share their first word or two with these; A's share all of them.
+    # B's own earlier memos can share at most a memo's header with these (its random hex ends
+    # every shared prefix; CI saw up to 5 tokens); A's share all of them, about 1,000 tokens.
     counts = [(cached_tokens(b), cached_tokens(f)) for b, f in zip(across, fresh, strict=True)]
-    assert all(b <= 4 and f <= 4 for b, f in counts), counts
+    assert all(b < HEADER_TOKENS and f < HEADER_TOKENS for b, f in counts), counts
     ratio = statistics.median(b["elapsed"] for b in across) / statistics.median(
         b["elapsed"] for b in fresh
     )
