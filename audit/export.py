@@ -189,20 +189,28 @@ def texts_of(trail: Trail, records, withhold: Collection[str]) -> bundle.Texts:
 
 
 def _slot_openings(trail: Trail, *, answered: bool, everything: bool) -> dict[str, dict]:
-    """The token slots of a format-3 trail's decisions that a bundle opens, each with its salt
-    and value: the emitted tokens and their alternatives with the answer (`answered`); the
-    drafts and corrections that were not emitted only when nothing is withheld (`everything`),
-    since the context they come from is the prompt and the answer, and never a draft copied
-    from another job, which is that job's text."""
+    """The slots of a format-3 or 4 trail's decisions that a bundle opens, each with its salt
+    and value.
+
+    Format 3: the emitted tokens and their alternatives with the answer (`answered`); the drafts
+    and corrections that were not emitted only when nothing is withheld (`everything`), since
+    the context they come from is the prompt and the answer, and never a draft copied from
+    another job, which is that job's text.
+
+    Format 4: a decision's workings only when nothing is withheld, and never those of a step
+    that copied its draft from another job: every number in them derives from the context, and
+    from the other job's text (docs/adr/0026)."""
     opened: dict[str, dict] = {}
     rows = DecisionRecord.objects.filter(trail=trail, kind=DecisionRecord.Kind.DECISION)
     for payload, openings in rows.order_by("seq").values_list("payload", "openings"):
         sealed, values = json.loads(payload), json.loads(openings or "{}")
         emitted = set(sealing.emitted_slots(sealed))
-        source = sealed.get("draft_source") or {}
+        source = sealing.open_decision(sealed, values).get("draft_source") or {}
         copied_elsewhere = source.get("reference", decision_rule.CONTEXT) != decision_rule.CONTEXT
         for name, value in values.items():
-            if name in emitted or ".top." in name:
+            if name.endswith("." + sealing.WORKINGS):
+                shown = everything and not copied_elsewhere
+            elif name in emitted or ".top." in name:
                 shown = answered
             else:
                 shown = everything and not (copied_elsewhere and ".drafted." in name)

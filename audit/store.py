@@ -31,8 +31,9 @@ class TrailMoved(Exception):
 
 
 def trail_open(*, job_id: uuid.UUID, attempt: int, previous_id: uuid.UUID | None = None) -> Trail:
-    """A new open trail (format v3, with its own salt) for one attempt; previous_id links the
-    job's earlier attempt's trail. Its first record is the request (binding.request_payload)."""
+    """A new open trail (the current format, with its own salt) for one attempt; previous_id
+    links the job's earlier attempt's trail. Its first record is the request
+    (binding.request_payload)."""
     trail_id = uuid.uuid4()
     genesis = chain.genesis_hash(str(trail_id))
     return Trail.objects.create(
@@ -47,21 +48,23 @@ def trail_open(*, job_id: uuid.UUID, attempt: int, previous_id: uuid.UUID | None
     )
 
 
-def sealed_decision(clear: dict, trail_salt: str) -> tuple[str, str]:
-    """A clear decision payload as a format-3 trail stores it: (the canonical JSON that is
+def sealed_decision(
+    clear: dict, trail_salt: str, format_version: int = binding.FORMAT_VERSION
+) -> tuple[str, str]:
+    """A clear decision payload as a format-3 or 4 trail stores it: (the canonical JSON that is
     hashed, its slots' values as canonical JSON for the row's `openings`)."""
-    sealed, values = sealing.seal_decision(clear, trail_salt)
+    sealed, values = sealing.seal_decision(clear, trail_salt, format_version)
     return chain.canonical_json(sealed), chain.canonical_json(values)
 
 
 def trail_append(*, trail_id: uuid.UUID, payload: dict) -> DecisionRecord:
     """Append one record (of the kind its payload names) and commit it before returning. A
-    decision is given clear; a format-3 trail stores it sealed (sealed_decision)."""
+    decision is given clear; a format-3 or 4 trail stores it sealed (sealed_decision)."""
     kind, text, openings = binding.kind_of(payload), chain.canonical_json(payload), None
     if kind == binding.DECISION:
         trail = Trail.objects.only("format_version", "salt").get(pk=trail_id)
         if trail.format_version >= sealing.SEALED_SINCE:
-            text, values = sealed_decision(payload, trail.salt)
+            text, values = sealed_decision(payload, trail.salt, trail.format_version)
             openings = [values]
     return trail_append_many(trail_id=trail_id, texts=[text], kind=kind, openings=openings)[-1]
 

@@ -91,6 +91,7 @@ def job_request_payload(job: GenerationJob, trail, models) -> dict:
         },
         question=job_question(job),
         submitted_at=matter_leaves.utc_time(job.created_at),
+        format_version=trail.format_version,
     )
 
 

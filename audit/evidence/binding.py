@@ -31,9 +31,10 @@ from audit.evidence.decision_rule import DECISION_SCOPE, DecisionRule
 from audit.evidence.matter_leaves import UTC_TIME
 
 # The format of trails opened now. v1 (decisions only) and v2 (tokens in clear) still verify;
-# v3 records each decision's tokens as salted commitments (audit.evidence.sealing).
-FORMAT_VERSION = 3
-FORMAT_VERSIONS = (1, 2, 3)
+# v3 records each decision's tokens as salted commitments, v4 all of a decision's workings and
+# no longer states the prompt's length (audit.evidence.sealing, docs/adr/0026).
+FORMAT_VERSION = 4
+FORMAT_VERSIONS = (1, 2, 3, 4)
 REQUEST, DECISION, ANSWER = "request", "decision", "answer"
 KINDS = (REQUEST, DECISION, ANSWER)
 TEXT_TAG = b"PF-TEXT-v2"
@@ -120,12 +121,15 @@ def request_payload(
     models: dict,
     question: Question,
     submitted_at: str | None = None,
+    format_version: int = FORMAT_VERSION,
 ) -> dict:
-    """The payload of a v2 trail's seq-0 record. `submitted_at` (UTC_TIME: when the caller
-    submitted the job) is in the records of trails opened since the matter tags."""
+    """The payload of a v2 trail's seq-0 record (or v3's, v4's). `submitted_at` (UTC_TIME: when
+    the caller submitted the job) is in the records of trails opened since the matter tags. The
+    prompt's token count is bound by its token ids' digest; format 4 no longer states it in
+    clear, since it narrows a withheld prompt down among guesses."""
     texts = question.texts()
     payload = {
-        "v": FORMAT_VERSION,
+        "v": format_version,
         "kind": REQUEST,
         "job": job_id,
         "matter": matter,
@@ -137,21 +141,27 @@ def request_payload(
         "params": question.params,
         "prompt": {
             "given": question.given_kind,
-            "token_count": len(question.token_ids),
             "digests": {name: bound_digest(trail_salt, name, texts[name]) for name in texts},
         },
     }
+    if format_version < sealing.WORKINGS_SINCE:
+        payload["prompt"] = {"given": question.given_kind, "token_count": len(question.token_ids)}
+        payload["prompt"]["digests"] = {
+            name: bound_digest(trail_salt, name, texts[name]) for name in texts
+        }
     if submitted_at is not None:
         payload["submitted_at"] = submitted_at
     return payload
 
 
-def answer_payload(*, trail_salt: str, answer: Answer, steps: int) -> dict:
+def answer_payload(
+    *, trail_salt: str, answer: Answer, steps: int, format_version: int = FORMAT_VERSION
+) -> dict:
     """The payload of a v3 trail's last record, written with the job's result: the output's
     token ids bound by salted digest, like its text (a v2 answer carried them in clear)."""
     ids = canonical_json(list(answer.token_ids))
     return {
-        "v": FORMAT_VERSION,
+        "v": format_version,
         "kind": ANSWER,
         "steps": steps,
         "output_token_count": len(answer.token_ids),
@@ -200,6 +210,7 @@ class Contents:
     openings: dict[str, dict] = field(default_factory=dict)
     trail_salt: str | None = None  # the store's: each record's stored values are opened with it
     committed_slots: set[str] = field(default_factory=set)  # every slot a decision commits to
+    sealed_decisions: int = 0  # format 4: decisions whose workings no opening disclosed
 
     def fail(self, seq: int | None, reason: str, scope: str = "trail") -> None:
         self.failures.append(Failure(scope, self.trail_id, seq, reason))
@@ -239,9 +250,8 @@ class Contents:
         """A v3 decision with its opened slots in place (None: not in format 3's shape)."""
         problem = sealing.shape_problem(sealed)
         if problem is not None:
-            self.fail(
-                seq, f"decision record is not in format 3's shape ({problem})", DECISION_SCOPE
-            )
+            shape = f"format {self.format_version}'s shape"
+            self.fail(seq, f"decision record is not in {shape} ({problem})", DECISION_SCOPE)
             return None
         commitments = sealing.slot_commitments(sealed)
         self.committed_slots.update(commitments)
@@ -273,6 +283,8 @@ class Contents:
         if not all(_HEX64.fullmatch(str(digests[name])) for name in names):
             self.fail(seq, "request record's prompt digests must be SHA-256 hex digests")
             return
+        if self.format_version >= sealing.WORKINGS_SINCE and "token_count" in prompt:
+            self.fail(seq, "a format-4 request record states no prompt.token_count in clear")
         if prompt.get("given") not in GIVEN_KINDS:
             self.fail(seq, f"request record's prompt.given is not one of {list(GIVEN_KINDS)}")
         if "submitted_at" in payload and not UTC_TIME.fullmatch(str(payload["submitted_at"])):
@@ -283,7 +295,9 @@ class Contents:
         if payload.get("step") != step:
             self.fail(seq, f"decision record at seq {seq} says step {payload.get('step')!r}")
         emitted = payload.get("emitted")
-        if not isinstance(emitted, list):
+        if sealing.workings_sealed(payload):
+            self.sealed_decisions += 1  # its tokens are known only from the answer's disclosure
+        elif not isinstance(emitted, list):
             self.fail(seq, "decision record has no emitted tokens")
         else:
             self.emitted.extend(emitted)
@@ -300,7 +314,9 @@ class Contents:
     def _answer(self, seq: int, payload: dict) -> None:
         self.answer, self._ended = payload, True
         if self.format_version >= sealing.SEALED_SINCE:
-            if payload.get("output_token_count") != len(self.emitted):
+            # A sealed step's count is unknown: the answer's digests alone bind its tokens then.
+            counted = not self.sealed_decisions
+            if counted and payload.get("output_token_count") != len(self.emitted):
                 self.fail(seq, "answer's output_token_count is not the decisions' emitted count")
             if not _HEX64.fullmatch(str(payload.get("output_token_ids_digest", ""))):
                 self.fail(seq, "answer's output_token_ids_digest is not a SHA-256 hex digest")
@@ -397,7 +413,8 @@ def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Fa
         recorded = answer.get("output_token_ids_digest")
         if bound_digest(trail_salt, ANSWER_TOKEN_IDS, canonical_json(ids)) != recorded:
             fail("output_token_ids differ from the digest in the answer record")
-        walked = contents.decisions == answer.get("steps")  # not an incremental run's
+        # Not an incremental run's, and every decision's tokens known (none sealed).
+        walked = contents.decisions == answer.get("steps") and not contents.sealed_decisions
         if walked and ids != contents.emitted:
             fail("output_token_ids are not the tokens the trail's decisions emitted")
     elif ids != answer.get("output_token_ids"):

@@ -21,6 +21,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from audit.evidence.sealing import workings_sealed
+
 GREEDY, SAMPLING = "greedy-argmax", "speculative-sampling"
 DECISION_SCOPE = "decision"  # the scope of a failure of this rule (audit.evidence.chain.Failure)
 DECISION_PARAMS = {
@@ -104,18 +106,32 @@ class DecisionRule:
     # from the context. None: they cannot be, and `unchecked` says so.
     prompt_ids: list[int] | None = None
     ended: str | None = None  # the stop of an earlier decision, once one ended the generation
-    emitted: list[int] = field(default_factory=list)  # what the decisions so far emitted
+    # What the decisions so far emitted; None where a sealed decision's tokens are unknown.
+    emitted: list[int | None] = field(default_factory=list)
     unchecked: set[str] = field(default_factory=set)  # what could not be re-checked, and why
+    # Format 4 states no prompt length: without the prompt's ids, the first opened decision's
+    # context_length stands for it.
+    _assumed_prompt: int | None = None
+    _after_sealed: bool = False  # a sealed decision came last: how many it emitted is unknown
+
+    @property
+    def prompt_count(self) -> int | None:
+        """The prompt's length in tokens: as a format 2-3 request states it, or as the
+        disclosed token ids count it (None: not known yet)."""
+        prompt = (self.request or {}).get("prompt")
+        count = prompt.get("token_count") if isinstance(prompt, dict) else None
+        if isinstance(count, int) and not isinstance(count, bool):
+            return count
+        if self.prompt_ids is not None:
+            return len(self.prompt_ids)
+        return self._assumed_prompt
 
     @property
     def context(self) -> int | None:
-        """The next decision's context_length: the request's prompt tokens and those emitted
-        so far (None without a readable request)."""
-        prompt = (self.request or {}).get("prompt")
-        count = prompt.get("token_count") if isinstance(prompt, dict) else None
-        if not isinstance(count, int) or isinstance(count, bool):
-            return None
-        return count + len(self.emitted)
+        """The next decision's context_length: the prompt's tokens and those emitted so far
+        (None without a readable request)."""
+        count = self.prompt_count
+        return None if count is None or self.request is None else count + len(self.emitted)
 
     def check(self, decision: dict) -> list[str]:
         failures: list[str] = []
@@ -130,6 +146,47 @@ class DecisionRule:
     def _check(self, d: dict, fail: list[str]) -> None:
         if self.ended is not None:
             fail.append(f"a decision follows one that ended the generation ({self.ended!r})")
+        params, rule = self._check_settings(d, fail)
+        if workings_sealed(d):
+            self.unchecked.add(
+                "decisions whose workings are sealed: their drafts, numbers and tokens derive "
+                "from a withheld text (docs/adr/0026)"
+            )
+            self._after_sealed, self.ended = True, d["stop"]
+            return
+        self._follow_context(d["context_length"], fail)
+        if self.context is not None and d["context_length"] != self.context:
+            fail.append(
+                f"context_length {d['context_length']!r}: the prompt and the tokens emitted "
+                f"before make {self.context}"
+            )
+        self._check_workings(d, params, rule, fail)
+
+    def _follow_context(self, context_length: object, fail: list[str]) -> None:
+        """Where the count of tokens before this decision is not known from the records before
+        it (format 4: no prompt length stated, or a sealed decision just before), take it from
+        this decision's context_length, and say what that leaves unchecked."""
+        if not isinstance(context_length, int) or isinstance(context_length, bool):
+            raise _Bad("context_length is not an integer")
+        if self.request is not None and self.prompt_count is None:
+            self._assumed_prompt = context_length - len(self.emitted)
+            self.unchecked.add(
+                "the first decision's context_length against the prompt's length (the "
+                "prompt's token ids are not disclosed)"
+            )
+        if self._after_sealed and self.context is not None:
+            unknown = context_length - self.context
+            if unknown < 0:
+                fail.append(
+                    f"context_length {context_length}: the prompt and the tokens emitted before "
+                    f"make at least {self.context}"
+                )
+            self.emitted.extend([None] * max(unknown, 0))
+        self._after_sealed = False
+
+    def _check_settings(self, d: dict, fail: list[str]) -> tuple[dict, str]:
+        """The decision ran under its request's params and models, by the rule its temperature
+        names: what a format-4 decision shows in clear. Returns (params, rule)."""
         params = d["params"]
         if not isinstance(params, dict) or set(params) != DECISION_PARAMS:
             raise _Bad(f"params must hold exactly {sorted(DECISION_PARAMS)}")
@@ -142,17 +199,16 @@ class DecisionRule:
             for role in ("draft", "target"):
                 if d.get(role) != models.get(role):
                     fail.append(f"the {role} model differs from the request's")
-        seed, step = params["seed"], d["step"]
-        max_tokens, eos = params["max_tokens"], params["eos_token_id"]
         temperature = _number(params["temperature"], "params.temperature")
         rule = GREEDY if temperature == 0 else SAMPLING
         if d["rule"] != rule:
             fail.append(f"rule {d['rule']!r}: temperature {params['temperature']} means {rule!r}")
-        if self.context is not None and d["context_length"] != self.context:
-            fail.append(
-                f"context_length {d['context_length']!r}: the prompt and the tokens emitted "
-                f"before make {self.context}"
-            )
+        return params, rule
+
+    def _check_workings(self, d: dict, params: dict, rule: str, fail: list[str]) -> None:
+        """Everything the decision's own numbers force (its workings, in format 4)."""
+        seed, step = params["seed"], d["step"]
+        max_tokens, eos = params["max_tokens"], params["eos_token_id"]
         drafted, n = d["drafted"], d["accepted_count"]
         k = len(drafted)
         if d["draft_length"] != k:

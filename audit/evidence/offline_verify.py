@@ -457,7 +457,7 @@ def _disclosed_token_ids(members: dict[str, bytes]) -> list[int] | None:
 
 
 def _disclosed_openings(members: dict[str, bytes]) -> dict[str, dict]:
-    """The token slots disclosures.json opens (format 3), by slot name: each {salt, value} as
+    """The slots disclosures.json opens (formats 3 and 4), by slot name: each {salt, value} as
     given; the decisions check holds each to its commitment, 'question and answer' its form."""
     try:
         doc = _loads(members[DISCLOSURES].decode("utf-8"))
@@ -483,11 +483,20 @@ def _check_decisions(b: _Bundle, check: Check) -> None:
     if b.contents.format_version < 2:
         check.detail = "format 1 records carry no decision rule fields: nothing to re-check"
     elif not check.failures:
-        check.detail = (
-            f"{b.contents.decisions} decisions re-checked: draws, ratios, accept tests, "
-            "corrections, emitted tokens, stops, the token budget and copied drafts follow from "
-            "the records"
-        ) + "".join(f"; not re-checked: {why}" for why in sorted(b.contents.unchecked))
+        check.detail = _rechecked(b.contents.decisions, b.contents.sealed_decisions) + "".join(
+            f"; not re-checked: {why}" for why in sorted(b.contents.unchecked)
+        )
+
+
+def _rechecked(decisions: int, sealed: int) -> str:
+    """How many decisions the check re-checked: none whose workings are sealed (format 4)."""
+    if decisions and sealed == decisions:
+        return f"none of the {decisions} decisions re-checked (each one's workings are sealed)"
+    counted = f"{decisions - sealed} of {decisions}" if sealed else f"{decisions}"
+    return (
+        f"{counted} decisions re-checked: draws, ratios, accept tests, corrections, emitted "
+        "tokens, stops, the token budget and copied drafts follow from the records"
+    )
 
 
 def _check_proof(b: _Bundle, leaf_check: Check, proof_check: Check) -> None:
@@ -614,9 +623,10 @@ def _check_disclosures(b: _Bundle, check: Check) -> None:
 
 
 def _check_slot_openings(b: _Bundle, doc: dict, slots: set[str], check: Check) -> None:
-    """Format 3: every opened slot is a slot of this trail's decisions, opened as {salt, value}
-    (the decisions check holds it to its commitment), and a disclosed answer's token ids are the
-    emitted tokens, every one of them opened."""
+    """Formats 3 and 4: every opened slot is a slot of this trail's decisions, opened as {salt,
+    value} (the decisions check holds it to its commitment), and a disclosed answer's token ids
+    are the emitted tokens, every one of them opened (in format 4, where every decision's
+    workings are)."""
     contents = b.contents
     for name in sorted(slots):
         entry = doc[name]
@@ -627,7 +637,9 @@ def _check_slot_openings(b: _Bundle, doc: dict, slots: set[str], check: Check) -
         elif not _hex_hash(entry["salt"]):
             check.fail(f"opening of {name} has a salt that is not 64 hex digits")
     ids = doc.get(binding.ANSWER_TOKEN_IDS)
-    if isinstance(ids, dict) and "value" in ids and contents.emitted != ids["value"]:
+    # With a decision's workings sealed (format 4), its tokens are the answer's digests' alone.
+    linked = not contents.sealed_decisions
+    if linked and isinstance(ids, dict) and "value" in ids and contents.emitted != ids["value"]:
         check.fail(
             "answer.token_ids is disclosed, but the decisions' emitted tokens, opened, are "
             "not it (each emitted token must be opened with the answer)"

@@ -75,9 +75,25 @@ def _table(rows: list[tuple], widths: list[float]) -> Table:
     return table
 
 
+def _decisions(facts: TrailFacts) -> str:
+    """What the report says of a trail's decisions: counts only of the steps the bundle opens."""
+    stop = f"stop: {facts.stop or 'none'}"
+    if facts.sealed_steps == facts.steps and facts.steps:
+        return f"{facts.steps} steps, their workings sealed (not counted); {stop}"
+    rate = f"{facts.accepted / facts.drafted:.1%}" if facts.drafted else "n/a"
+    sealed = ""
+    if facts.sealed_steps:
+        sealed = f" ({facts.sealed_steps} of them with their workings sealed, not counted)"
+    return (
+        f"{facts.steps} steps{sealed}; {facts.drafted} tokens drafted, {facts.accepted} "
+        f"accepted ({rate}); tokens served: {facts.tokens['draft']} accepted draft, "
+        f"{facts.tokens['correction']} corrections, {facts.tokens['bonus']} bonus, "
+        f"{facts.tokens['target']} from plain target steps (nothing drafted); {stop}"
+    )
+
+
 def _trail_section(facts: TrailFacts) -> list:
     status = "ABANDONED attempt (its worker was lost)" if facts.abandoned else facts.outcome
-    rate = f"{facts.accepted / facts.drafted:.1%}" if facts.drafted else "n/a"
     flow = [
         Paragraph(_shown(f"Trail {facts.trail_id}"), H2),
         _table(
@@ -87,14 +103,7 @@ def _trail_section(facts: TrailFacts) -> list:
                 ("Ledger entry", facts.leaf_index),
                 ("Records", facts.record_count),
                 ("Decision rule", ", ".join(facts.rules) or "none"),
-                (
-                    "Decisions",
-                    f"{facts.steps} steps; {facts.drafted} tokens drafted, {facts.accepted} "
-                    f"accepted ({rate}); tokens served: {facts.tokens['draft']} accepted draft, "
-                    f"{facts.tokens['correction']} corrections, {facts.tokens['bonus']} bonus, "
-                    f"{facts.tokens['target']} from plain target steps (nothing drafted); "
-                    f"stop: {facts.stop or 'none'}",
-                ),
+                ("Decisions", _decisions(facts)),
                 ("Parameters", ", ".join(f"{k}={v}" for k, v in sorted(facts.params.items()))),
             ],
             [1.4 * inch, 5.1 * inch],

@@ -21,6 +21,16 @@ reject from a bundle that opens none of the slots. The service keeps each record
 beside it (the record row's openings); a bundle discloses a slot's salt and value only where the
 texts it discloses allow (audit.export).
 
+Audit format 4 (docs/adr/0026): every number of a decision derives from its context, so the
+p of a sealed token read it back against the public model, and the clear numbers confirmed a
+guessed prompt. A format-4 decision keeps in clear only what the request and the answer show
+anyway (CLEAR_KEYS); everything else, its tokens included, is the value of one slot
+
+    step.<s>.workings   the clear decision's other keys, exactly as format 3's clear form
+
+which a bundle opens only when it withholds nothing (and never for a draft copied from another
+job). A sealed decision's workings are not re-checked; an opened one is re-checked as before.
+
 Pure: no Django. docs/audit-format.md specifies every byte.
 """
 
@@ -34,10 +44,29 @@ from audit.evidence.chain import NonCanonicalValue, canonical_json
 
 TOKEN_TAG = b"PF-TOKEN-v3"
 SEALED_SINCE = 3  # the first trail format whose decisions carry commitments
+WORKINGS_SINCE = 4  # the first whose decisions seal everything computed from the context
 _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 _SLOT = re.compile(
-    r"step\.(0|[1-9][0-9]*)\.(drafted\.(0|[1-9][0-9]*)|correction|top\.(0|[1-9][0-9]*))"
+    r"step\.(0|[1-9][0-9]*)\."
+    r"(drafted\.(0|[1-9][0-9]*)|correction|top\.(0|[1-9][0-9]*)|workings)"
 )
+# What a format-4 decision shows in clear: the request's settings and models, and whether the
+# step ended the generation (the answer's stop reason). Its "workings" commitment seals the rest.
+CLEAR_KEYS = ("v", "kind", "request_id", "step", "rule", "draft", "target", "params", "stop")
+WORKINGS = "workings"
+# The keys of a workings value: every format-4 decision's, and those only some record.
+_WORKINGS_KEYS = {
+    "context_length",
+    "draft_length",
+    "drafted",
+    "draft_source",
+    "accepted_count",
+    "correction",
+    "emitted",
+    "rationale",
+    "timings_us",
+}
+_WORKINGS_OPTIONAL = {"emitted_text", "logprobs", "target_top"}
 # Keys of a clear decision that format 3 replaces by commitments and emitted_count.
 _CLEAR_ONLY = ("emitted", "emitted_text", "target_top")
 
@@ -68,9 +97,14 @@ def _token_value(entry: dict) -> dict:
     return value
 
 
-def seal_decision(clear: dict, trail_salt: str) -> tuple[dict, dict[str, object]]:
-    """A clear decision payload (decoding.engine.records.StepRecord.payload) as format 3 stores
-    it: (the payload that is hashed, its slots' values by slot name). open_decision undoes it."""
+def seal_decision(
+    clear: dict, trail_salt: str, format_version: int = SEALED_SINCE
+) -> tuple[dict, dict[str, object]]:
+    """A clear decision payload (decoding.engine.records.StepRecord.payload) as a format-3 or
+    format-4 trail stores it: (the payload that is hashed, its slots' values by slot name).
+    open_decision undoes it."""
+    if format_version >= WORKINGS_SINCE:
+        return _seal_workings(clear, trail_salt, format_version)
     step = clear["step"]
     values: dict[str, object] = {}
 
@@ -96,8 +130,31 @@ def seal_decision(clear: dict, trail_salt: str) -> tuple[dict, dict[str, object]
     return sealed, values
 
 
+def _seal_workings(clear: dict, trail_salt: str, format_version: int) -> tuple[dict, dict]:
+    name = slot_name(clear["step"], WORKINGS)
+    workings = {key: value for key, value in clear.items() if key not in CLEAR_KEYS}
+    sealed = {key: clear[key] for key in CLEAR_KEYS if key in clear}
+    sealed["v"] = format_version
+    sealed[WORKINGS] = commitment(slot_salt(trail_salt, name), workings)
+    return sealed, {name: workings}
+
+
+def workings_sealed(decision: dict) -> bool:
+    """Whether a (possibly opened) decision is format 4's with its workings still sealed: only
+    its CLEAR_KEYS are known."""
+    return _seals_workings(decision) and WORKINGS in decision
+
+
+def _seals_workings(decision: dict) -> bool:
+    version = decision.get("v")
+    return isinstance(version, int) and version >= WORKINGS_SINCE
+
+
 def emitted_slots(sealed: dict) -> list[str]:
-    """The slots whose tokens a format-3 decision emitted, in order (the answer's tokens)."""
+    """The slots whose tokens a format-3 decision emitted, in order (the answer's tokens); a
+    format-4 decision has none: its tokens open only with its workings."""
+    if _seals_workings(sealed):
+        return []
     step, count = sealed.get("step"), sealed.get("emitted_count")
     accepted, drafted = sealed.get("accepted_count"), sealed.get("drafted")
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in (step, count, accepted)):
@@ -109,8 +166,11 @@ def emitted_slots(sealed: dict) -> list[str]:
 
 
 def slot_commitments(sealed: dict) -> dict[str, object]:
-    """Every slot a format-3 decision commits to, by slot name: its commitment as recorded."""
+    """Every slot a format-3 or 4 decision commits to, by slot name: its commitment as
+    recorded."""
     step = sealed.get("step")
+    if _seals_workings(sealed):
+        return {slot_name(step, WORKINGS): sealed.get(WORKINGS)}
     found: dict[str, object] = {}
     for i, entry in enumerate(sealed.get("drafted") or []):
         found[slot_name(step, f"drafted.{i}")] = (entry or {}).get("commitment")
@@ -121,7 +181,12 @@ def slot_commitments(sealed: dict) -> dict[str, object]:
 
 
 def value_problem(name: str, value: object) -> str | None:
-    """Why a slot's opened value is not of its slot's form, or None."""
+    """Why a slot's opened value is not of its slot's form, or None. (A workings value's
+    fields are the decision rule's to judge, as a format-3 clear decision's are.)"""
+    if name.endswith("." + WORKINGS):
+        keys = set(value) if isinstance(value, dict) else set()
+        ok = _WORKINGS_KEYS <= keys <= _WORKINGS_KEYS | _WORKINGS_OPTIONAL
+        return None if ok else f"a workings slot opens to an object of {sorted(_WORKINGS_KEYS)}"
     if ".top." in name:
         ok = isinstance(value, list) and all(
             isinstance(x, dict)
@@ -145,7 +210,15 @@ def _is_token(value: object) -> bool:
 
 
 def shape_problem(sealed: dict) -> str | None:
-    """Why a format-3 decision payload cannot be opened at all, or None."""
+    """Why a format-3 or 4 decision payload cannot be opened at all, or None."""
+    if _seals_workings(sealed):
+        step = sealed.get("step")
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            return "step is not a non-negative integer"
+        shown = sorted(set(sealed) - {*CLEAR_KEYS, WORKINGS})
+        if shown:
+            return f"it carries its workings in clear ({', '.join(shown)})"
+        return None if WORKINGS in sealed else "it has no workings commitment"
     for name in ("step", "accepted_count", "emitted_count"):
         value = sealed.get(name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -197,8 +270,14 @@ def open_decision(sealed: dict, values: dict[str, object]) -> dict:
     """The clear decision: the format-3 payload with its opened slots' values in place (`values`:
     slot name -> value, of the slots known). A sealed token reads None, so the decision rule
     knows what it cannot re-check; with every slot opened this is exactly the clear payload
-    seal_decision was given."""
+    seal_decision was given. A format-4 decision opens whole, or stays as it is
+    (workings_sealed)."""
     step = sealed["step"]
+    if _seals_workings(sealed):
+        workings = values.get(slot_name(step, WORKINGS))
+        if not isinstance(workings, dict):
+            return dict(sealed)
+        return {**{k: v for k, v in sealed.items() if k != WORKINGS}, **workings}
     clear = {k: v for k, v in sealed.items() if k not in ("emitted_count", "target_top")}
 
     def token_of(slot: str, entry: dict) -> dict:

@@ -49,10 +49,20 @@ class TrailFacts:
     # plain target steps (nothing drafted)
     rules: list[str]
     stop: str | None
+    # Format 4: steps whose workings the bundle keeps sealed; drafted, accepted and tokens
+    # count only the others.
+    sealed_steps: int = 0
 
     @classmethod
     def of(cls, listed: dict, payloads: list[dict], texts: Texts, head_hash: str) -> TrailFacts:
-        decisions = [_structure(p) for p in payloads if binding.kind_of(p) == binding.DECISION]
+        opened = {
+            name: entry["value"]
+            for name, entry in texts.disclosures.items()
+            if sealing.is_slot_name(name) and isinstance(entry, dict) and "value" in entry
+        }
+        decisions = [
+            _structure(p, opened) for p in payloads if binding.kind_of(p) == binding.DECISION
+        ]
         request = next((p for p in payloads if binding.kind_of(p) == binding.REQUEST), None)
         first = decisions[0] if decisions else {}
         models = (request or {}).get("models") or {
@@ -93,12 +103,16 @@ class TrailFacts:
             tokens=tokens,
             rules=sorted({d.get("rule", "") for d in decisions}),
             stop=decisions[-1].get("stop") if decisions else None,
+            sealed_steps=sum(sealing.workings_sealed(d) for d in decisions),
         )
 
 
-def _structure(decision: dict) -> dict:
+def _structure(decision: dict, opened: dict) -> dict:
     """A decision as the report counts it: a format-3 one read with every slot sealed (which
-    tokens were emitted, and how, follows from its counts, not from the tokens)."""
-    if decision.get("v", 0) >= sealing.SEALED_SINCE and sealing.shape_problem(decision) is None:
-        return sealing.open_decision(decision, {})
-    return decision
+    tokens were emitted, and how, follows from its counts, not from the tokens); a format-4 one
+    with its workings as the bundle opens them (`opened`: slot name -> value), or sealed."""
+    if decision.get("v", 0) < sealing.SEALED_SINCE or sealing.shape_problem(decision) is not None:
+        return decision
+    if sealing.workings_sealed(decision):
+        return sealing.open_decision(decision, opened)
+    return sealing.open_decision(decision, {})

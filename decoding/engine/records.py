@@ -11,9 +11,10 @@ from .providers.base import ModelIdentity
 from .rules import Verdict
 from .sampling import decimal
 
-# Format v3 (audit.evidence.binding): decisions sit between a trail's request and answer records,
-# and the audit store keeps their tokens as salted commitments (audit.evidence.sealing). payload()
-# is the clear form, before sealing and after opening.
+# The clear form of formats 3 and 4 (audit.evidence.binding): decisions sit between a trail's
+# request and answer records, and the audit store seals them (audit.evidence.sealing: a format-4
+# trail seals all but the request's settings, and labels them "v": 4). payload() is the clear
+# form, before sealing and after opening; the trail's format_version decides how it is sealed.
 PAYLOAD_VERSION = 3
 
 

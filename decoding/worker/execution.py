@@ -103,7 +103,13 @@ def _run(job_id: uuid.UUID) -> None:
             models.sequence(
                 wall=job.matter_id, background=admission.is_batch_line(job.id)
             ) as target,
-            sink_for(trail.id, head=head, salt=trail.salt, committed=announce) as sink,
+            sink_for(
+                trail.id,
+                head=head,
+                salt=trail.salt,
+                format_version=trail.format_version,
+                committed=announce,
+            ) as sink,
         ):
             schedule = models.schedule(job.draft_length, target, wall=job.matter_id)
             decoder = SpeculativeDecoder(
@@ -257,7 +263,10 @@ def _succeed(
         trail_append(
             trail_id=trail.id,
             payload=binding.answer_payload(
-                trail_salt=trail.salt, answer=answer, steps=result.steps
+                trail_salt=trail.salt,
+                answer=answer,
+                steps=result.steps,
+                format_version=trail.format_version,
             ),
         )
         trail_seal(

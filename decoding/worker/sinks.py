@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from django.conf import settings
 from django.db import connection
 
+from audit.evidence import binding
 from audit.store import sealed_decision, trail_extend
 from decoding.engine import AuditSink, AuditUnavailable, StepRecord
 from decoding.metrics import AUDIT_COMMIT_SECONDS
@@ -32,8 +33,8 @@ BATCH_STEPS = 64
 class TrailSink(AuditSink):
     """Appends records to one trail, in one transaction per batch of steps, after the head its
     last append left (`head`: the next seq and the head hash); it is the trail's only writer.
-    Each step's tokens are sealed under the trail's `salt` (audit format 3): the record holds
-    their commitments, the row beside it their values."""
+    Each step is sealed under the trail's `salt`, as its `format_version` seals (audit formats
+    3 and 4): the record holds commitments, the row beside it their values."""
 
     def __init__(
         self,
@@ -41,17 +42,19 @@ class TrailSink(AuditSink):
         *,
         head: tuple[int, str],
         salt: str,
+        format_version: int = binding.FORMAT_VERSION,
         batch_steps: int = BATCH_STEPS,
     ):
         self.trail_id = trail_id
         self._head = head
         self._salt = salt
+        self._format_version = format_version
         self._batch_steps = batch_steps
         self._pending: list[str] = []
         self._openings: list[str] = []
 
     def record(self, record: StepRecord) -> None:
-        text, values = sealed_decision(record.payload(), self._salt)
+        text, values = sealed_decision(record.payload(), self._salt, self._format_version)
         self._pending.append(text)
         self._openings.append(values)
         if len(self._pending) >= self._batch_steps:
@@ -181,18 +184,19 @@ def sink_for(
     *,
     head: tuple[int, str],
     salt: str,
+    format_version: int = binding.FORMAT_VERSION,
     committed: Callable[[], None] | None = None,
     interval_ms: int | None = None,
 ) -> Iterator[AuditSink]:
     """The sink for one attempt's steps, appended after `head` and sealed under the trail's
-    `salt`. Without `committed` the records
+    `salt` as its `format_version` seals. Without `committed` the records
     batch (a job answered at the end); with it (a stream) each step is committed as soon as it
     is decided and `committed` is called after each commit: in the background on PostgreSQL
     when the caller is in autocommit (a worker), whose commits need no lock on the trail; on the
     decoder's thread otherwise (SQLite's single writer; a caller's open transaction, which
     another connection could not see). interval_ms: at most one commit per this many ms
     (default PATHFINDER_STREAM_COMMIT_INTERVAL_MS)."""
-    trail_sink = TrailSink(trail_id, head=head, salt=salt)
+    trail_sink = TrailSink(trail_id, head=head, salt=salt, format_version=format_version)
     if committed is None:
         yield trail_sink
     elif connection.vendor == "postgresql" and not connection.in_atomic_block:

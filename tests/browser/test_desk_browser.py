@@ -329,6 +329,11 @@ def test_the_page_verifier_agrees_with_offline_verify_on_every_bundle(
             [json.loads((DATA / "audit_golden_vectors_v3.json").read_text())["log_verifier"]],
             [],
         ),
+        "golden trail in audit format 4, the prompt withheld": (
+            (DATA / "sample-bundle-v4.zip").read_bytes(),
+            [json.loads((DATA / "audit_golden_vectors_v4.json").read_text())["log_verifier"]],
+            [],
+        ),
         "golden matter": (
             (DATA / "sample-matter.zip").read_bytes(),
             [golden_log],
@@ -501,6 +506,55 @@ def test_the_page_verifier_fails_crafted_format_3_openings_as_offline_verify_doe
     key = json.loads((DATA / "audit_golden_vectors_v3.json").read_text())["log_verifier"]
     assert agree(page, sample, [key])[0]
     for name, copy in crafted_openings(sample).items():
+        ok, js = agree(page, copy, [key])
+        assert not ok, name
+        assert any(not c["ok"] for c in js["checks"]), (name, js)
+
+
+def crafted_workings(data: bytes) -> dict[str, bytes]:
+    """Format-4 openings of a bundle that opens none (the prompt withheld), written before the
+    page's format-4 code ran on them: a guess of the sealed workings, the right value under a
+    wrong salt, a value of another slot's form, workings of a step that does not exist."""
+    vectors = json.loads((DATA / "audit_golden_vectors_v4.json").read_text())
+    slot = vectors["slots"]["step.0.workings"]
+
+    def opened(entries: dict):
+        def edit(m):
+            doc = {**json.loads(m["disclosures.json"]), **entries}
+            m["disclosures.json"] = (json.dumps(doc, sort_keys=True, indent=2) + "\n").encode()
+
+        return repacked(data, edit)
+
+    guess = {**slot["value"], "accepted_count": 2}
+    return {
+        "a guessed opening of the sealed workings": opened(
+            {"step.0.workings": {"salt": slot["slot_salt"], "value": guess}}
+        ),
+        "the workings under another slot's salt": opened(
+            {"step.0.workings": {"salt": "00" * 32, "value": slot["value"]}}
+        ),
+        "workings opened as a token": opened(
+            {"step.0.workings": {"salt": slot["slot_salt"], "value": {"token": 40}}}
+        ),
+        "workings of a step no decision has": opened(
+            {"step.9.workings": {"salt": slot["slot_salt"], "value": slot["value"]}}
+        ),
+    }
+
+
+def test_the_page_verifier_fails_crafted_format_4_openings_as_offline_verify_does(
+    page: Page, portal: Portal
+):
+    log_in(page, portal.alice)
+    page.goto("/portal/verify")
+    expect(page.locator("form#verify-form")).to_be_visible()
+    sample = (DATA / "sample-bundle-v4.zip").read_bytes()
+    key = json.loads((DATA / "audit_golden_vectors_v4.json").read_text())["log_verifier"]
+    ok, js = agree(page, sample, [key])
+    assert ok
+    rule = next(c for c in js["checks"] if c["name"] == "decision rule")
+    assert "none of the 2 decisions re-checked" in rule["detail"], rule
+    for name, copy in crafted_workings(sample).items():
         ok, js = agree(page, copy, [key])
         assert not ok, name
         assert any(not c["ok"] for c in js["checks"]), (name, js)

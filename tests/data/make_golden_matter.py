@@ -59,6 +59,7 @@ def _abandoned_records() -> list[tuple[int, str, str, str]]:
                 model_spec="golden",
                 models={"draft": v2.MODEL, "target": v2.MODEL},
                 question=question,
+                format_version=3,
             ),
             "v": 2,
         },

@@ -62,13 +62,14 @@ def payloads() -> tuple[list[dict], dict]:
         models={"draft": v2.MODEL, "target": v2.MODEL},
         question=v2.QUESTION,
         submitted_at="2026-01-01T00:00:00.000000Z",
+        format_version=3,
     )
     values, sealed = {}, []
     for step in (0, 1):
         payload, slots = sealing.seal_decision(_decision(step), SALT)
         sealed.append(payload)
         values.update(slots)
-    answer = binding.answer_payload(trail_salt=SALT, answer=v2.ANSWER, steps=2)
+    answer = binding.answer_payload(trail_salt=SALT, answer=v2.ANSWER, steps=2, format_version=3)
     return [request, *sealed, answer], values
 
 

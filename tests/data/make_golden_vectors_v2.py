@@ -83,7 +83,7 @@ def _decision(step: int, emitted: list[int], stop: str | None, prompt_tokens: in
 
 def _answer_v2() -> dict:
     """The answer record as format 2 wrote it: the output's token ids in clear."""
-    v3 = binding.answer_payload(trail_salt=SALT, answer=ANSWER, steps=2)
+    v3 = binding.answer_payload(trail_salt=SALT, answer=ANSWER, steps=2, format_version=3)
     kept = {k: v for k, v in v3.items() if not k.startswith("output_token")}
     return {**kept, "v": 2, "output_token_ids": list(ANSWER.token_ids)}
 
@@ -103,6 +103,7 @@ def payloads() -> list[dict]:
                 model_spec="golden",
                 models={"draft": MODEL, "target": MODEL},
                 question=QUESTION,
+                format_version=3,
             ),
             "v": 2,
         },

@@ -7,9 +7,10 @@ from __future__ import annotations
 from audit.evidence.decision_rule import DECISION_PARAMS, number_text, uniform
 
 
-def plain_step(request: dict, step: int, token: int) -> dict:
+def plain_step(request: dict, step: int, token: int, *, prompt_tokens: int) -> dict:
     """Step `step` of a trail whose every step drafted nothing and emitted `token`, the
-    target's own choice: its argmax at temperature 0, else its bonus draw."""
+    target's own choice: its argmax at temperature 0, else its bonus draw, after a prompt of
+    `prompt_tokens` tokens (format 4's request record does not state it)."""
     params = {name: request["params"][name] for name in DECISION_PARAMS}
     greedy = float(params["temperature"]) == 0
     u = None if greedy else number_text(uniform(params["seed"], step, 0, "bonus"))
@@ -22,7 +23,7 @@ def plain_step(request: dict, step: int, token: int) -> dict:
         "draft": request["models"]["draft"],
         "target": request["models"]["target"],
         "params": params,
-        "context_length": request["prompt"]["token_count"] + step,
+        "context_length": prompt_tokens + step,
         "draft_length": 0,
         "drafted": [],
         "draft_source": None,

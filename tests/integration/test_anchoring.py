@@ -19,11 +19,12 @@ import requests
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from audit.evidence import chain, checkpoints, merkle
+from audit.evidence import chain, checkpoints, merkle, sealing
 from audit.keys import SigningKeyMissing, signing_key
 from audit.log import checkpoint_create, witness_status
 from audit.models import Checkpoint, DecisionRecord, LedgerEntry, Trail
 from audit.publish import PublishConflict, published_path
+from audit.selectors import clear_payload
 from audit.verification import verify_everything, verify_trails
 from pathfinder_site.health import readiness
 from tests.tsa import OpenSSLAuthority, TsaServer
@@ -183,16 +184,18 @@ def test_a_consistent_rewrite_by_a_superuser_is_caught_by_the_published_checkpoi
     trail = Trail.objects.get(pk=job.trail_id)
     records = list(DecisionRecord.objects.filter(trail=trail).order_by("seq"))
     target = records[1]
-    forged = json.loads(target.payload)
-    forged["rationale"] = "Rewritten."
+    clear = clear_payload(target.payload, target.openings)
+    clear["rationale"] = "Rewritten."
+    forged, values = sealing.seal_decision(clear, trail.salt, trail.format_version)
     prev = target.prev_hash
     for record in records[1:]:
         payload = chain.canonical_json(forged) if record.pk == target.pk else record.payload
+        openings = chain.canonical_json(values) if record.pk == target.pk else record.openings
         digest = chain.record_hash(str(trail.id), record.seq, prev, payload)
         as_superuser(
-            "UPDATE audit_decisionrecord SET payload = %s, prev_hash = %s, record_hash = %s "
-            "WHERE id = %s",
-            [payload, prev, digest, record.pk],
+            "UPDATE audit_decisionrecord SET payload = %s, openings = %s, prev_hash = %s, "
+            "record_hash = %s WHERE id = %s",
+            [payload, openings, prev, digest, record.pk],
         )
         prev = digest
     as_superuser("UPDATE audit_trail SET head_hash = %s WHERE id = %s", [prev, trail.id])

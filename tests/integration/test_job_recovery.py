@@ -17,7 +17,7 @@ from audit.selectors import trail_clear_decisions
 from audit.store import trail_append, trail_open, trail_seal
 from audit.verification import verify_trails
 from decoding import delivery, services
-from decoding.claims import job_request_payload
+from decoding.claims import job_question, job_request_payload
 from decoding.delivery import RUN_GENERATION
 from decoding.models import GenerationJob, Replay
 from decoding.tasks import recovery_sweep
@@ -49,8 +49,10 @@ def died_mid_decode(job: GenerationJob, *, records: int = 2, lease_left_s: float
     models, _ = runtime.models_for(job.model_spec)
     request = job_request_payload(job, trail, models)
     trail_append(trail_id=trail.id, payload=request)
+    prompt_tokens = len(job_question(job).token_ids)
     for step in range(records):
-        trail_append(trail_id=trail.id, payload=plain_step(request, step, token=5))
+        step_payload = plain_step(request, step, token=5, prompt_tokens=prompt_tokens)
+        trail_append(trail_id=trail.id, payload=step_payload)
     GenerationJob.objects.filter(pk=job.pk).update(
         status="running",
         attempts=job.attempts + 1,

@@ -446,8 +446,8 @@ def test_verify_names_the_first_broken_link_of_a_tampered_trail(run_job, reviewe
     job = run_job(max_tokens=30)
     rogue(
         "audit_decisionrecord",
-        'UPDATE audit_decisionrecord SET payload = replace(payload, \'"rationale":"Accepted\','
-        ' \'"rationale":"Refused\') WHERE trail_id = %s AND seq = 2',
+        'UPDATE audit_decisionrecord SET payload = replace(payload, \'"workings":"\','
+        ' \'"workings":"0\') WHERE trail_id = %s AND seq = 2',
         [job.trail_id],
     )
     response = reviewer.post(f"/portal/jobs/{job.id}/verify", **HTMX)

@@ -66,7 +66,7 @@ def test_a_trail_opens_with_the_request_and_ends_with_the_answer(run_job):
     trail = Trail.objects.get(pk=job.trail_id)
     kinds = list(DecisionRecord.objects.filter(trail=trail).order_by("seq").values_list("kind"))
     assert [k for (k,) in kinds] == ["request"] + ["decision"] * job.steps + ["answer"]
-    assert trail.format_version == 3 and len(trail.salt) == 64
+    assert trail.format_version == 4 and len(trail.salt) == 64
     request = trail_record_of_kind(trail_id=trail.id, kind="request")
     assert (request["job"], request["attempt"], request["request_id"]) == (
         str(job.id),
@@ -76,7 +76,7 @@ def test_a_trail_opens_with_the_request_and_ends_with_the_answer(run_job):
     assert request["matter"] == "Doe v. Roe" and request["model_spec"] == "stub"
     assert request["params"]["stop"] == ["x"] and request["params"]["temperature"] == "0.0"
     assert request["prompt"]["given"] == "prompt_token_ids"
-    assert request["prompt"]["token_count"] == 5
+    assert "token_count" not in request["prompt"]  # bound by the token ids' digest
     # The digests are salted: the same prompt in another trail has other digests.
     other = run_job(prompt=(3, 1, 4, 1, 5), max_tokens=20, stop=["x"])
     other_request = trail_record_of_kind(trail_id=other.trail_id, kind="request")
@@ -89,7 +89,7 @@ def test_a_trail_opens_with_the_request_and_ends_with_the_answer(run_job):
     assert answer["output_token_count"] == len(job.output_token_ids)
     assert answer["stop_reason"] == job.stop_reason and answer["steps"] == job.steps
     ledger = json.loads(LedgerEntry.objects.get(trail_id=trail.id).payload)
-    assert ledger["v"] == 3 and ledger["records"] == job.steps + 2
+    assert ledger["v"] == 4 and ledger["records"] == job.steps + 2
     assert verify_everything().ok
 
 
@@ -298,9 +298,10 @@ def test_withholding_hides_every_token_of_the_withheld_text_and_decisions_stay_c
     owner, tmp_path, beat
 ):
     """Issue 22: with prompt lookup the drafted tokens are the prompt's own n-grams, and every
-    decision emits the answer's tokens. Format-3 records seal them, so a bundle withholding the
-    prompt opens only the emitted tokens, one withholding both texts opens none; both verify,
-    and the verdict names what could not be re-checked for want of the withheld text."""
+    decision emits the answer's tokens. Issue 39: every number of a decision derives from the
+    prompt too. Format-4 records seal each decision's workings whole, so a bundle withholding
+    the prompt (and perhaps the answer) opens none; both verify, and the verdict says that no
+    decision was re-checked, and why. The whole bundle opens every one, and re-checks them."""
     from decoding.models import ModelSpec
 
     ModelSpec.objects.create(
@@ -332,25 +333,28 @@ def test_withholding_hides_every_token_of_the_withheld_text_and_decisions_stay_c
         disclosures = json.loads(members["disclosures.json"])
         assert all('"token"' not in line for line in members["records.jsonl"].decode().split())
         assert not any("output_token_ids" in r for r in records)
-        opened = {n for n in disclosures if n.startswith("step.")}
-        emitted = {n for r in records if r.get("kind") == "decision"
-                   for n in sealing.emitted_slots(r)}  # fmt: skip
+        assert {n for n in disclosures if n.startswith("step.")} == set()
+        assert all(set(r) <= {*sealing.CLEAR_KEYS, sealing.WORKINGS} for r in records[1:-1])
+        assert "token_count" not in records[0]["prompt"]
         if group == "prompt":
-            assert opened == emitted, opened ^ emitted  # the answer's tokens, nothing drafted
             assert disclosures["prompt.token_ids"] == {"withheld": True}
             assert disclosures["answer.token_ids"]["value"] == job.output_token_ids
         else:
-            assert opened == set() and disclosures["answer.token_ids"] == {"withheld": True}
+            assert disclosures["answer.token_ids"] == {"withheld": True}
             assert members["answer.txt"] == b""
         found = offline_verify.check_bundle(path.read_bytes(), keys=[signing_key().verifier])
         checks = {c.name: c for c in found}
         assert all(c.ok for c in checks.values()), [str(c) for c in checks.values() if not c.ok]
-        assert "not re-checked" in checks["decision rule"].detail
+        assert "none of the" in checks["decision rule"].detail
+        assert "workings are sealed" in checks["decision rule"].detail
     path = tmp_path / "whole.zip"
     call_command("export_trail", "--job", str(job.id), "--out", str(path), stdout=io.StringIO())
     with zipfile.ZipFile(path) as bundle:
         disclosures = json.loads(bundle.read("disclosures.json"))
-    assert {n for n in disclosures if n.startswith("step.")} > emitted  # the drafts too
+    steps = [r["step"] for r in records if r.get("kind") == "decision"]
+    assert {n for n in disclosures if n.startswith("step.")} == {
+        f"step.{s}.workings" for s in steps
+    }
     assert offline_verify.verify_bundle(path.read_bytes(), keys=[signing_key().verifier]) == []
 
 

@@ -16,11 +16,14 @@ users are owed: their cache keeps working.
 
 from __future__ import annotations
 
+import json
 import secrets
 import socket
 import statistics
+import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -245,14 +248,8 @@ def job_id(body: dict) -> str:
 
 def drafted_from(stack: Stack, job_id: str) -> set[str]:
     """The remembered jobs a job's copied drafts name as their source."""
-    with psycopg.connect(stack.database_url, autocommit=True) as db:
-        rows = db.execute(
-            """SELECT r.payload::jsonb -> 'draft_source' ->> 'reference'
-               FROM audit_decisionrecord r JOIN audit_trail t ON t.id = r.trail_id
-               WHERE t.job_id = %s AND r.kind = 'decision'""",
-            [job_id],
-        ).fetchall()
-    return {reference for (reference,) in rows if reference not in (None, "context")}
+    references = steps_by_source(stack, job_id).values()
+    return {reference for reference in references if reference not in (None, "context")}
 
 
 def test_a_job_never_copies_drafts_from_another_matters_jobs(walls):
@@ -268,3 +265,59 @@ def test_a_job_never_copies_drafts_from_another_matters_jobs(walls):
     source_id = job_id(source)
     assert source_id not in drafted_from(walls, job_id(across))
     assert source_id in drafted_from(walls, job_id(within))  # the control: it copies
+
+
+def test_a_whole_bundle_keeps_a_step_copied_from_another_job_sealed(walls, tmp_path):
+    """Issue 39 item 3: a bundle that withholds nothing still keeps sealed the steps whose
+    draft was copied from another job of the matter: their workings (the copied tokens, their
+    p values, the other job's id and offset) are that job's text. Every other step is opened and
+    re-checked, and the bundle verifies."""
+    walls.use_worker(BATCHING)
+    quote = (
+        "Repeat exactly: The fleet manager signed the maintenance waiver on 14 April, two days "
+        "after the mechanic reported cracked brake drums on unit 7."
+    )
+    source = complete(walls, walls.keys["a"], quote, max_tokens=40)
+    copied = complete(walls, walls.keys["a2"], "Repeat exactly: The fleet manager", max_tokens=30)
+    source_id, copied_id = job_id(source), job_id(copied)
+    assert source_id in drafted_from(walls, copied_id)
+    made = walls.manage(
+        "shell", "-c", "from audit.keys import signing_key_create as k; print(k()[0].verifier)"
+    )
+    verifier = last_line(made)
+    assert walls.manage("checkpoint").returncode == 0
+    path = tmp_path / "whole.zip"
+    exported = walls.manage("export_trail", "--job", copied_id, "--out", str(path))
+    assert exported.returncode == 0, describe(exported)
+    with zipfile.ZipFile(path) as bundle:
+        members = {name: bundle.read(name) for name in bundle.namelist()}
+    opened = {n for n in json.loads(members["disclosures.json"]) if n.startswith("step.")}
+    steps = steps_by_source(walls, copied_id)
+    elsewhere = {step for step, reference in steps.items() if reference == source_id}
+    assert elsewhere and opened == {f"step.{s}.workings" for s in steps.keys() - elsewhere}
+    for name, data in members.items():
+        assert source_id.encode() not in data, name  # the other job is not even named
+    verified = subprocess.run(
+        [sys.executable, "-m", "audit.offline_verify", str(path), "--key", verifier],
+        capture_output=True, text=True, timeout=120, env=walls.env,
+    )  # fmt: skip
+    assert f"{len(steps) - len(elsewhere)} of {len(steps)} decisions re-checked" in (
+        verified.stdout
+    ), verified.stdout
+
+
+def steps_by_source(stack: Stack, job_id: str) -> dict[int, str | None]:
+    """Each decision's step and the reference its draft was copied from (None: nothing), read
+    from the workings the store keeps beside each format-4 record."""
+    with psycopg.connect(stack.database_url, autocommit=True) as db:
+        rows = db.execute(
+            """SELECT r.seq, r.openings FROM audit_decisionrecord r
+               JOIN audit_trail t ON t.id = r.trail_id
+               WHERE t.job_id = %s AND r.kind = 'decision' ORDER BY r.seq""",
+            [job_id],
+        ).fetchall()
+    found = {}
+    for seq, openings in rows:
+        (workings,) = json.loads(openings).values()
+        found[seq - 1] = (workings["draft_source"] or {}).get("reference")
+    return found

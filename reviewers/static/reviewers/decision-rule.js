@@ -1,8 +1,9 @@
 /* The decision rule, re-checked from the records alone, in the reviewer's browser.
 
    The page verifier's second half of audit/evidence/decision_rule.py (docs/audit-format.md, "The decision
-   rule, re-checkable from the record"), written again from the doc: for every format-2 or 3 decision
-   (a format-3 decision opened first: verify.js, a sealed token null),
+   rule, re-checkable from the record"), written again from the doc: for every format-2, 3 or 4
+   decision (a format-3 or 4 decision opened first: verify.js, a sealed token null; a format-4
+   decision whose workings stay sealed is checked only for what it shows in clear),
    each accept draw u from the RNG formula, each ratio as p / q, the accept test, where testing
    stopped, the correction's kind and draw, the emitted tokens, the stop and the token budget,
    the draft's provenance, and that the decision ran under its request's models and params.
@@ -70,10 +71,13 @@
   // promptIds: the prompt's token ids when the bundle discloses them (copied drafts are then
   // read back from the context), else null. Resolves to {failures, unchecked}.
   async function review(request, decisions, promptIds = null) {
-    const count = request?.prompt?.token_count;
+    const stated = request?.prompt?.token_count;
     const state = { ended: null, promptIds, emitted: [], unchecked: new Set(),
+      assumedPrompt: null, afterSealed: false,
+      // the prompt's length: as a format 2-3 request states it, or as the disclosed ids count it
+      get promptCount() { return isInt(stated) ? stated : promptIds ? promptIds.length : this.assumedPrompt; },
       // the next decision's context_length: the prompt's tokens and those emitted so far
-      get context() { return isInt(count) ? count + this.emitted.length : null; } };
+      get context() { return request && this.promptCount !== null ? this.promptCount + this.emitted.length : null; } };
     const out = [];
     for (const d of decisions) {
       const fail = (reason) => out.push({ step: d?.step, reason });
@@ -103,6 +107,13 @@
     const step = d.step;
     const rule = number(params.temperature, "params.temperature") === 0 ? GREEDY : SAMPLING;
     if (d.rule !== rule) fail(`rule '${d.rule}': temperature ${params.temperature} means '${rule}'`);
+    if (d.v >= 4 && "workings" in d) {  // sealed: only its clear keys are known
+      state.unchecked.add("decisions whose workings are sealed: their drafts, numbers and tokens derive from a withheld text (docs/adr/0026)");
+      state.afterSealed = true;
+      state.ended = d.stop;
+      return;
+    }
+    followContext(d.context_length, request, state, fail);
     if (state.context !== null && d.context_length !== state.context) {
       fail(`context_length ${d.context_length}: the prompt and the tokens emitted before make ${state.context}`);
     }
@@ -125,6 +136,22 @@
     }
     state.emitted.push(...emitted);
     state.ended = d.stop;
+  }
+
+  // Where the tokens before a decision are not known from the records before it (format 4: no
+  // prompt length stated, or a sealed decision just before), its context_length tells them.
+  function followContext(length, request, state, fail) {
+    if (!isInt(length)) throw new Bad("context_length is not an integer");
+    if (request && state.promptCount === null) {
+      state.assumedPrompt = length - state.emitted.length;
+      state.unchecked.add("the first decision's context_length against the prompt's length (the prompt's token ids are not disclosed)");
+    }
+    if (state.afterSealed && state.context !== null) {
+      const unknown = length - state.context;
+      if (unknown < 0) fail(`context_length ${length}: the prompt and the tokens emitted before make at least ${state.context}`);
+      for (let i = 0; i < unknown; i++) state.emitted.push(null);
+    }
+    state.afterSealed = false;
   }
 
   // The emitted tokens are the accepted prefix and the correction (kept), cut after

@@ -459,7 +459,8 @@
       else if (!HEX64.test(String(e.salt))) check.fail(`opening of ${name} has a salt that is not 64 hex digits`);
     }
     const ids = doc["answer.token_ids"];
-    if (ids && typeof ids === "object" && "value" in ids && canonical(chain.emitted ?? []) !== canonical(ids.value)) {
+    // With a decision's workings sealed (format 4), its tokens are the answer's digests' alone.
+    if (!chain.sealedDecisions && ids && typeof ids === "object" && "value" in ids && canonical(chain.emitted ?? []) !== canonical(ids.value)) {
       check.fail("answer.token_ids is disclosed, but the decisions' emitted tokens, opened, are not it (each emitted token must be opened with the answer)");
     }
     for (const [name, member] of Object.entries(TEXT_MEMBERS)) {
@@ -561,9 +562,15 @@
     } catch { return null; }
   }
 
-  // --- audit format 3: a decision's tokens as salted commitments (audit.evidence.sealing) -----
+  // --- audit formats 3 and 4: a decision's tokens, or all its workings, as salted commitments
+  // (audit.evidence.sealing) ---------------------------------------------------------------
 
-  const SLOT = /^step\.(0|[1-9][0-9]*)\.(drafted\.(0|[1-9][0-9]*)|correction|top\.(0|[1-9][0-9]*))$/;
+  const SLOT = /^step\.(0|[1-9][0-9]*)\.(drafted\.(0|[1-9][0-9]*)|correction|top\.(0|[1-9][0-9]*)|workings)$/;
+  // What a format-4 decision shows in clear; its workings commitment seals every other key.
+  const CLEAR_KEYS = ["v", "kind", "request_id", "step", "rule", "draft", "target", "params", "stop"];
+  const WORKINGS_KEYS = ["accepted_count", "context_length", "correction", "draft_length", "draft_source", "drafted", "emitted", "rationale", "timings_us"];
+  const WORKINGS_OPTIONAL = ["emitted_text", "logprobs", "target_top"];
+  const sealsWorkings = (d) => Number.isSafeInteger(d.v) && d.v >= 4;
   const isToken = (v) => Number.isSafeInteger(v) && v >= 0;
   function disclosedOpenings(m) {  // slot name -> {salt, value}, as disclosures.json opens them
     try {
@@ -572,6 +579,7 @@
     } catch { return {}; }
   }
   function slotCommitments(d) {
+    if (sealsWorkings(d)) return { [`step.${d.step}.workings`]: d.workings };
     const found = {};
     (d.drafted ?? []).forEach((e, i) => { found[`step.${d.step}.drafted.${i}`] = e?.commitment; });
     found[`step.${d.step}.correction`] = d.correction?.commitment;
@@ -579,6 +587,12 @@
     return found;
   }
   function shapeProblem(d) {  // sealing.shape_problem
+    if (sealsWorkings(d)) {
+      if (!isToken(d.step)) return "step is not a non-negative integer";
+      const shown = Object.keys(d).filter((k) => !CLEAR_KEYS.includes(k) && k !== "workings").sort();
+      if (shown.length) return `it carries its workings in clear (${shown.join(", ")})`;
+      return "workings" in d ? null : "it has no workings commitment";
+    }
     for (const name of ["step", "accepted_count", "emitted_count"]) if (!isToken(d[name])) return `${name} is not a non-negative integer`;
     if (!Array.isArray(d.drafted) || !d.drafted.every((e) => e && typeof e === "object" && !Array.isArray(e))) return "drafted is not a list of objects";
     if (!d.correction || typeof d.correction !== "object" || Array.isArray(d.correction)) return "correction is not an object";
@@ -588,6 +602,11 @@
     return null;
   }
   function valueProblem(name, v) {
+    if (name.endsWith(".workings")) {
+      const keys = v && typeof v === "object" && !Array.isArray(v) ? Object.keys(v) : [];
+      const ok = WORKINGS_KEYS.every((k) => keys.includes(k)) && keys.every((k) => WORKINGS_KEYS.includes(k) || WORKINGS_OPTIONAL.includes(k));
+      return ok ? null : `a workings slot opens to an object of ${WORKINGS_KEYS.join(", ")}`;
+    }
     if (name.includes(".top.")) {
       const ok = Array.isArray(v) && v.every((x) => x && typeof x === "object" && Object.keys(x).sort().join() === "logprob,token" && isToken(x.token) && typeof x.logprob === "string");
       return ok ? null : "a top slot opens to a list of {token, logprob}";
@@ -597,10 +616,11 @@
     return ok ? null : "a token slot opens to {token} or {token, text}";
   }
   // A format-3 decision, its opened slots checked against their commitments and put in place
-  // (a sealed token null), as sealing.open_decision; null when it cannot be opened at all.
+  // (a sealed token null), as sealing.open_decision; a format-4 one opened whole or left as it
+  // is; null when it cannot be opened at all.
   async function openDecision(d, openings, committed, fail) {
     const problem = shapeProblem(d);
-    if (problem) { fail(`decision record is not in format 3's shape (${problem})`); return null; }
+    if (problem) { fail(`decision record is not in format ${sealsWorkings(d) ? 4 : 3}'s shape (${problem})`); return null; }
     const commitments = slotCommitments(d), values = {};
     for (const [name, c] of Object.entries(commitments)) {
       committed.add(name);
@@ -614,6 +634,12 @@
       catch { fail(`${name}: the opening's salt is not hex or its value not canonical`); continue; }
       if (digest !== c) fail(`${name}: the opened value is not the one the record commits to`);
       else values[name] = opening.value;
+    }
+    if (sealsWorkings(d)) {
+      const workings = values[`step.${d.step}.workings`];
+      if (!workings) return { ...d };
+      const { workings: _, ...clear } = d;
+      return { ...clear, ...workings };
     }
     const tokenOf = (slot, entry) => {
       const { commitment, ...kept } = entry, v = values[`step.${d.step}.${slot}`];
@@ -639,9 +665,13 @@
       if (opened) decisions.push(opened);
     }
     chain.emitted = decisions.flatMap((d) => Array.isArray(d.emitted) ? d.emitted : []);
+    chain.sealedDecisions = decisions.filter((d) => sealsWorkings(d) && "workings" in d).length;
     const { failures, unchecked } = await globalThis.PathfinderDecisionRule.review(request, decisions, disclosedTokenIds(m));
     for (const { step, reason } of failures) check.fail(`step ${step}: ${reason}`);
-    if (check.ok) check.detail = `${decisions.length} decisions re-checked: draws, ratios, accept tests, corrections, emitted tokens, stops, the token budget and copied drafts follow from the records` + unchecked.map((why) => `; not re-checked: ${why}`).join("");
+    const total = decisions.length, sealed = chain.sealedDecisions;
+    const rechecked = total && sealed === total ? `none of the ${total} decisions re-checked (each one's workings are sealed)`
+      : `${sealed ? `${total - sealed} of ${total}` : total} decisions re-checked: draws, ratios, accept tests, corrections, emitted tokens, stops, the token budget and copied drafts follow from the records`;
+    if (check.ok) check.detail = rechecked + unchecked.map((why) => `; not re-checked: ${why}`).join("");
   }
 
   // models.json and params.json are exactly what the first record names (audit.evidence.bundle_format

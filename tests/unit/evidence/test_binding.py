@@ -30,6 +30,7 @@ def request(**over) -> dict:
         model_spec="stub",
         models={"draft": {}, "target": {}},
         question=QUESTION,
+        format_version=3,
     )
     return {**payload, **over}
 
@@ -49,7 +50,10 @@ def decision(step: int, emitted, stop=None, before=0, **over) -> dict:
 
 def answer(tokens=(1, 2, 3), text="Seven.", stop="max_tokens", steps=2) -> dict:
     return binding.answer_payload(
-        trail_salt=SALT, answer=binding.Answer(tuple(tokens), text, stop), steps=steps
+        trail_salt=SALT,
+        answer=binding.Answer(tuple(tokens), text, stop),
+        steps=steps,
+        format_version=3,
     )
 
 

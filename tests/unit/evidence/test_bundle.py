@@ -73,6 +73,7 @@ def request_payload() -> str:
                 "target": {**MODEL, "sha256": "b" * 64},
             },
             question=QUESTION,
+            format_version=3,
         )
     )
 
@@ -144,7 +145,9 @@ ANSWER_IDS = (11, 3, 12, 3)
 
 def answer_payload(text: str = ANSWER_TEXT) -> str:
     answer = binding.Answer(token_ids=ANSWER_IDS, text=text, stop_reason="max_tokens")
-    return chain.canonical_json(binding.answer_payload(trail_salt=SALT, answer=answer, steps=2))
+    return chain.canonical_json(
+        binding.answer_payload(trail_salt=SALT, answer=answer, steps=2, format_version=3)
+    )
 
 
 def chained(trail_id: str, payloads: list[str]) -> list[tuple[int, str, str, str]]:
