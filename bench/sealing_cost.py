@@ -1,14 +1,16 @@
-"""What audit format 3's sealed tokens cost a decode step, measured side by side in one run.
+"""What audit formats 3 and 4's sealing costs a decode step, measured side by side in one run.
 
     .venv/bin/python bench/sealing_cost.py [--prompts N] [--repeats R] [--max-tokens T] [--quick]
 
 Every held-out prompt (bench/data/heldout/prompts.json: extraction, summary, open text; written
 before this code) is decoded by the engine as a worker runs the default spec (bench.peers
 .Pathfinder, greedy, 2 threads), with the worker's audit sink into PostgreSQL (every step
-sealed, as format 3 stores it) and without any audit (NullSink), interleaved. The steps' records,
-as the engine wrote them, are then stored both ways over the same records: as format 2 stored a
-step (canonical JSON of the clear payload) and as format 3 does (audit.store.sealed_decision:
-one HMAC and one SHA-256 per token slot, then the payload's and the values' canonical JSON).
+sealed, as the current format stores it) and without any audit (NullSink), interleaved. The
+steps' records, as the engine wrote them, are then stored three ways over the same records: as
+format 2 stored a step (canonical JSON of the clear payload), as format 3 does
+(audit.store.sealed_decision: one HMAC and one SHA-256 per token slot, then the payload's and
+the values' canonical JSON) and as format 4 does (one HMAC and one SHA-256 over the whole
+workings).
 """
 
 from __future__ import annotations
@@ -93,7 +95,8 @@ def main(argv=None) -> int:
                                  "cpu_share": result["foreign_cpu_share"]})  # fmt: skip
     salt = "5a" * 32
     clear_us = per_record_us(records, canonical_json)
-    sealed_us = per_record_us(records, lambda payload: sealed_decision(payload, salt))
+    sealed_us = per_record_us(records, lambda payload: sealed_decision(payload, salt, 3))
+    workings_us = per_record_us(records, lambda payload: sealed_decision(payload, salt, 4))
     plain_steps = [r["decode_ns"] / r["steps"] / 1000 for r in runs if not r["audit"]]
     audited = {(r["workload"], r["prompt"], r["repeat"]): r for r in runs if r["audit"]}
     overhead = [
@@ -102,7 +105,7 @@ def main(argv=None) -> int:
         if not r["audit"] and (key := (r["workload"], r["prompt"], r["repeat"])) in audited
     ]
     step_us = statistics.median(plain_steps)
-    added = [s - c for s, c in zip(sealed_us, clear_us, strict=True)]
+    added = [s - c for s, c in zip(workings_us, clear_us, strict=True)]
     report = {
         **run_facts("sealing_cost.py"),
         "load": load,
@@ -118,6 +121,10 @@ def main(argv=None) -> int:
             "median": statistics.median(sealed_us),
             "p95": quantile(sealed_us, 0.95),
         },
+        "format4_store_us": {
+            "median": statistics.median(workings_us),
+            "p95": quantile(workings_us, 0.95),
+        },
         "added_us": {
             "median": statistics.median(added),
             "p95": quantile(added, 0.95),
@@ -132,14 +139,21 @@ def main(argv=None) -> int:
         },  # fmt: skip
         "runs": runs,
     }
-    us = report["format2_store_us"], report["format3_store_us"], report["added_us"]
+    us = (
+        report["format2_store_us"],
+        report["format3_store_us"],
+        report["added_us"],
+        report["format4_store_us"],
+    )
     ran = report["audit_overhead"]
     rows = [
         ("store a step's record as format 2 (canonical JSON, clear)",
          f"{us[0]['median']:.1f} µs", f"{us[0]['p95']:.1f} µs"),
-        ("store it as format 3 (`sealed_decision`)",
+        ("store it as format 3 (`sealed_decision`, a commitment per token)",
          f"{us[1]['median']:.1f} µs", f"{us[1]['p95']:.1f} µs"),
-        ("added by sealing", f"{us[2]['median']:.1f} µs",
+        ("store it as format 4 (`sealed_decision`, the workings whole)",
+         f"{us[3]['median']:.1f} µs", f"{us[3]['p95']:.1f} µs"),
+        ("added by format 4's sealing", f"{us[2]['median']:.1f} µs",
          f"{us[2]['p95']:.1f} µs (max {us[2]['max']:.1f})"),
         ("a decode step without audit", f"{step_us:.0f} µs", ""),
         ("sealing's share of a step", f"{100 * report['added_share_of_a_step']:.2f}%", ""),
@@ -150,7 +164,7 @@ def main(argv=None) -> int:
     machine = report["machine"]
     text = "\n".join(
         [
-            "# What sealing costs a step (audit format 3)",
+            "# What sealing costs a step (audit formats 3 and 4)",
             "",
             f"Command: `{report['command']}`; revision {report['revision']}; {report['date']}.",
             f"Machine: {machine['cpu']}, {machine['cores']} cores ({machine['simd']}); load "
