@@ -66,6 +66,15 @@ def verifier_keys() -> list[str]:
         ) from exc
 
 
+def shown_verifier_keys() -> list[str]:
+    """verifier_keys() where this host knows them, else [] (a web process without the key file
+    or PATHFINDER_CHECKPOINT_VERIFIER_KEY: the portal then shows no key)."""
+    try:
+        return verifier_keys()
+    except SigningKeyMissing:
+        return []
+
+
 def verify_note(note: str, keys: list[str] | None = None) -> checkpoints.Checkpoint:
     """The checkpoint a note states, if a log key signed it; CheckpointError otherwise. Pass
     `keys` (verifier_keys()) when checking many notes, so the keys are read once."""

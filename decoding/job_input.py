@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from decoding import tokenizers
-from decoding.model_specs import params_refusal
+from decoding.model_specs import params_refusal, unavailable
 from decoding.models import ModelSpec
 from decoding.prompts import Prompt, PromptError, prompt_tokenize
 
@@ -62,6 +62,9 @@ def job_input(
     spec = ModelSpec.objects.filter(name=name).first()
     if spec is None:
         raise InvalidInput("model", f"No model named {name!r}.")
+    cannot = unavailable(spec)
+    if cannot is not None:
+        raise InvalidInput("model", f"Model {name!r} cannot be served here: {cannot}.")
     if messages is not None:
         messages = [{"role": m["role"], "content": m["content"]} for m in messages]
     try:

@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 
 from decoding.engine.params import GenerationParams
 from decoding.kinds.registry import DRAFTER_KINDS, PROVIDER_KINDS
+from decoding.models import ModelSpec
 
 
 def model_spec_check(spec) -> int:
@@ -43,6 +44,33 @@ def _check_default_params(defaults) -> None:
         GenerationParams(**defaults)
     except (TypeError, ValueError) as exc:
         raise ValidationError({"default_params": str(exc)}) from exc
+
+
+def unavailable(spec) -> str | None:
+    """Why this installation cannot serve the spec (a package its target or draft model needs
+    is not installed), as the caller is told; None when it can."""
+    provider = PROVIDER_KINDS.get(spec.provider)
+    if provider is None:
+        return f"its provider {spec.provider!r} is unknown"
+    lacking = provider.missing()
+    if lacking is not None:
+        return f"its model needs what this installation lacks: {lacking}"
+    drafter = DRAFTER_KINDS.get(spec.drafter)
+    if drafter is None:
+        return f"its drafter {spec.drafter!r} is unknown"
+    try:
+        draft = drafter.draft_provider(spec)
+    except ValidationError as exc:
+        return f"its draft model cannot be built ({'; '.join(exc.messages)})"
+    lacking = draft[0].missing() if draft is not None else None
+    if lacking is not None:
+        return f"its draft model needs what this installation lacks: {lacking}"
+    return None
+
+
+def servable_specs() -> list:
+    """The specs this installation can serve, by name: what GET /v1/models lists."""
+    return [spec for spec in ModelSpec.objects.order_by("name") if unavailable(spec) is None]
 
 
 def params_refusal(spec, *, temperature: float, top_k: int) -> tuple[str, str] | None:

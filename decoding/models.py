@@ -148,6 +148,7 @@ class GenerationJob(models.Model):
 
         AUDIT_UNAVAILABLE = "audit_unavailable", "audit store unavailable, no output released"
         GENERATION_FAILED = "generation_failed", "generation failed"
+        MODEL_UNAVAILABLE = "model_unavailable", "the worker could not load the model"
         WORKER_LOST = "worker_lost", "the worker was lost in every attempt"
         QUEUE_UNAVAILABLE = "queue_unavailable", "the job queue is unavailable"
 

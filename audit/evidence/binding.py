@@ -211,6 +211,7 @@ class Contents:
     trail_salt: str | None = None  # the store's: each record's stored values are opened with it
     committed_slots: set[str] = field(default_factory=set)  # every slot a decision commits to
     sealed_decisions: int = 0  # format 4: decisions whose workings no opening disclosed
+    first_context: int | None = None  # the first decision's context_length, when opened
 
     def fail(self, seq: int | None, reason: str, scope: str = "trail") -> None:
         self.failures.append(Failure(scope, self.trail_id, seq, reason))
@@ -301,6 +302,8 @@ class Contents:
             self.fail(seq, "decision record has no emitted tokens")
         else:
             self.emitted.extend(emitted)
+        if self.decisions == 0 and not sealing.workings_sealed(payload):
+            self.first_context = payload.get("context_length")
         if self.request is not None and payload.get("request_id") != self.request.get("job"):
             self.fail(seq, "decision record names another job than the request record")
         if self.format_version >= 2:
@@ -400,6 +403,10 @@ def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Fa
     for name, text in claim.question.texts().items():
         if digests.get(name) != bound_digest(trail_salt, name, text):
             fail(f"{name} differs from the digest in the request record", 0)
+    # Format 4 states no prompt length; the first decision's context is the prompt's.
+    count = len(claim.question.token_ids)
+    if contents.first_context is not None and contents.first_context != count:
+        fail(f"the first decision's context_length is not the prompt's {count} tokens", 1)
     answer = contents.answer
     if claim.answer is None:
         if answer is not None:

@@ -8,6 +8,7 @@ new module in this package, listed in registry.py.
 
 from __future__ import annotations
 
+import importlib.util
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -26,6 +27,11 @@ class ProviderKind(ABC):
     def check(self, options: dict, *, field: str) -> None:  # noqa: B027 - most need no options
         """Refuse settings (`options`, the spec's `field`) that cannot work."""
 
+    def missing(self) -> str | None:
+        """What this installation lacks to run a model of this kind, as an instruction (the
+        packages to install), or None when it has everything."""
+        return None
+
     @abstractmethod
     def tokenizer(self, path: str) -> Tokenizer | None:
         """The model's tokenizer without its weights (web processes tokenise with it)."""
@@ -43,6 +49,15 @@ class ProviderKind(ABC):
         """(field, reason) when a model of this kind cannot decode these request parameters
         exactly; None when it can (every kind that returns whole distributions)."""
         return None
+
+
+def packages_missing(packages: tuple[str, ...], install: str) -> str | None:
+    """Which of `packages` (import names) this Python cannot import, and how to install them;
+    None when it has them all. Looked up without importing them (torch takes seconds)."""
+    absent = [name for name in packages if importlib.util.find_spec(name) is None]
+    if not absent:
+        return None
+    return f"{' and '.join(absent)} {'is' if len(absent) == 1 else 'are'} not installed ({install})"
 
 
 class DrafterKind(ABC):

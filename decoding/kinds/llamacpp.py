@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from . import files
-from .base import ProviderKind
+from .base import ProviderKind, packages_missing
 
 
 class LlamaCppKind(ProviderKind):
@@ -14,6 +14,9 @@ class LlamaCppKind(ProviderKind):
 
     def vocab_size(self, path: str, *, field: str) -> int:
         return files.vocab_size(path, field=field, directories=False)
+
+    def missing(self) -> str | None:
+        return packages_missing(("llama_cpp",), "make install builds llama-cpp-python")
 
     def tokenizer(self, path: str):
         return files.tokenizer(path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from . import files
-from .base import ProviderKind
+from .base import ProviderKind, packages_missing
 
 
 class TransformersKind(ProviderKind):
@@ -14,6 +14,11 @@ class TransformersKind(ProviderKind):
 
     def vocab_size(self, path: str, *, field: str) -> int:
         return files.vocab_size(path, field=field, directories=True)
+
+    def missing(self) -> str | None:
+        return packages_missing(
+            ("torch", "transformers"), "pip install '.[hf]', or make install-dev"
+        )
 
     def tokenizer(self, path: str):
         # A spec over a GGUF tokenises with the same GGUF vocabulary.

@@ -86,6 +86,11 @@ def _run(job_id: uuid.UUID) -> None:
     metrics.job_started((timezone.now() - job.created_at).total_seconds())
     try:
         models, load_ms = runtime.models_for(job.model_spec)
+    except Exception as exc:  # a file gone, a package missing, no memory: the log says which
+        logger.exception("the job's models did not load", extra=_log(job, attempt))
+        _fail(job, attempt, trail, GenerationJob.Failure.MODEL_UNAVAILABLE, exc)
+        return
+    try:
         load_ms += warmed_ms
         lifecycle.owned(job.id, attempt).update(
             load_ms=round(load_ms, 1), lease_expires_at=lifecycle.lease_until()

@@ -17,7 +17,8 @@ from rest_framework.views import APIView
 
 from decoding import services
 from decoding.job_input import InvalidInput, sampling_defaults
-from decoding.models import GenerationJob, ModelSpec
+from decoding.model_specs import servable_specs
+from decoding.models import GenerationJob
 from decoding.web import relay, waiting
 
 from . import shapes, sse
@@ -40,7 +41,9 @@ class ModelList(OpenAIView):
         responses={200: ModelListOut, **errors(401, 403, 429)},
     )
     def get(self, request):
-        specs = ModelSpec.objects.order_by("name")
+        # A spec whose model needs a package this installation lacks is not listed, and a
+        # request naming it is refused with what to install (decoding.job_input).
+        specs = servable_specs()
         return Response(
             {
                 "object": "list",

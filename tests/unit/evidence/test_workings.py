@@ -160,3 +160,18 @@ def request_record() -> dict:
         question=question,
     )
     return {**payload, "params": {**params, "stop": [], "stream": False}}
+
+
+def test_a_job_row_is_held_to_the_first_decision_s_context_length():
+    """Format 4 states no prompt length, so verify_chain holds the job row's prompt (bound by
+    its digests) to the first opened decision's context_length instead."""
+    contents = binding.Contents("t", 4, trail_salt=SALT)
+    contents.observe(0, request_record())
+    sealed, values = sealing.seal_decision({**DECISIONS[0], "request_id": "j"}, SALT, 4)
+    contents.observe(1, sealed, stored_values=values)
+    prompt = contents.first_context
+    for ids, named in ((tuple(range(prompt)), False), (tuple(range(prompt + 1)), True)):
+        question = binding.Question("prompt_token_ids", list(ids), "", ids, {})
+        claim = binding.Claim("j", "t", 1, "m", None, "s", question, None)
+        reasons = [f.reason for f in binding.claim_failures(claim, contents, SALT)]
+        assert any("context_length" in r for r in reasons) is named, reasons
