@@ -84,6 +84,26 @@ def _token(value: object, name: str) -> int | None:
     return value
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_top(top: object) -> bool:
+    """A target_top entry: [{token, logprob}, ...], each logprob written as the format writes
+    numbers and at most 0."""
+    if not isinstance(top, list):
+        return False
+    for entry in top:
+        if not isinstance(entry, dict) or set(entry) != {"token", "logprob"}:
+            return False
+        x = _finite(entry["logprob"])
+        if not (_whole(entry["token"]) and entry["token"] >= 0):
+            return False
+        if x is None or number_text(x) != entry["logprob"] or x > 0:
+            return False
+    return True
+
+
 def _copies(decision: dict) -> bool:
     """Whether the step's drafter is prompt lookup, which copies its draft from a source."""
     draft = decision["draft"]
@@ -228,6 +248,7 @@ class DecisionRule:
         self._check_stop(d["stop"], emitted, eos, max_tokens, fail)
         self._check_source(d, tokens, fail)
         self._check_logprobs(d, emitted, fail)
+        self._check_shown(d, emitted, fail)
         if rejected and rule == GREEDY:
             if None in (correction, tokens[n]):
                 self.unchecked.add(
@@ -357,6 +378,44 @@ class DecisionRule:
                 fail.append(f"logprobs[{i}] {shown} is not written as the format writes numbers")
             elif x > 0:
                 fail.append(f"logprobs[{i}] {value} is above 0")
+
+    @staticmethod
+    def _check_shown(d, emitted, fail) -> None:
+        """What a record shows beside its tokens, where it has it: one text per emitted token
+        (None only for a sealed token), the target's top alternatives per emitted token (None:
+        a sealed slot), each a list of {token, logprob} with log-probabilities at most 0, and
+        the step's timings as non-negative whole microseconds."""
+        n = len(emitted)
+        if "emitted_text" in d:
+            texts = d["emitted_text"]
+            if (
+                not isinstance(texts, list)
+                or len(texts) != n
+                or not all(
+                    isinstance(text, str) or (text is None and token is None)
+                    for text, token in zip(texts, emitted, strict=False)
+                )
+            ):
+                fail.append(f"emitted_text must hold one text per emitted token ({n})")
+        if "target_top" in d:
+            tops = d["target_top"]
+            if not isinstance(tops, list) or len(tops) != n:
+                fail.append(f"target_top must hold one entry per emitted token ({n})")
+            else:
+                for j, top in enumerate(tops):
+                    if top is not None and not _is_top(top):
+                        fail.append(
+                            f"target_top[{j}] is not a list of {{token, logprob}} with "
+                            "log-probabilities at most 0"
+                        )
+        if "timings_us" in d:
+            timings = d["timings_us"]
+            if not (
+                isinstance(timings, dict)
+                and set(timings) == {"draft", "verify"}
+                and all(_whole(x) and x >= 0 for x in timings.values())
+            ):
+                fail.append("timings_us must be {draft, verify}, each a non-negative whole number")
 
     def _check_source(self, d, tokens, fail) -> None:
         if "draft_source" not in d:  # records written before the field existed

@@ -234,6 +234,11 @@ def shape_problem(sealed: dict) -> str | None:
         return "it carries a token in clear"
     if "target_top" in sealed and not isinstance(sealed["target_top"], list):
         return "target_top is not a list of commitments"
+    kept = min(sealed["accepted_count"], len(drafted)) + 1
+    if sealed["emitted_count"] > kept:
+        return f"emitted_count is more than the {kept} tokens the step keeps"
+    if len(sealed.get("target_top", [None] * sealed["emitted_count"])) != sealed["emitted_count"]:
+        return "target_top does not hold one commitment per emitted token"
     return None
 
 

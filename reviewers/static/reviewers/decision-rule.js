@@ -130,6 +130,7 @@
     checkStop(d.stop, emitted, eos, maxTokens, request, state, fail);
     checkSource(d, tokens, state, fail);
     checkLogprobs(d, emitted, fail);
+    checkShown(d, emitted, fail);
     if (n < k && rule === GREEDY) {
       if (correction === null || tokens[n] === null) state.unchecked.add("that a rejected argmax draft differs from the argmax that replaced it (a token of it is withheld)");
       else if (correction === tokens[n]) fail(`drafted[${n}] was rejected, yet the argmax that replaced it is the same`);
@@ -244,6 +245,39 @@
         fail(`logprobs[${i}] ${JSON.stringify(value)} is not written as the format writes numbers`);
       } else if (x > 0) fail(`logprobs[${i}] ${value} is above 0`);
     });
+  }
+
+  // What a record shows beside its tokens, where it has it: one text per emitted token (null only
+  // for a sealed token), the target's top alternatives per emitted token (null: a sealed slot),
+  // each a list of {token, logprob} with log-probabilities at most 0, and the step's timings as
+  // non-negative whole microseconds.
+  function isTop(top) {
+    return Array.isArray(top) && top.every((e) => e && typeof e === "object" && !Array.isArray(e)
+      && Object.keys(e).sort().join() === "logprob,token" && isInt(e.token) && e.token >= 0
+      && typeof e.logprob === "string" && e.logprob.trim() !== "" && Number.isFinite(Number(e.logprob))
+      && numberText(Number(e.logprob)) === e.logprob && Number(e.logprob) <= 0);
+  }
+  function checkShown(d, emitted, fail) {
+    const n = emitted.length;
+    if ("emitted_text" in d) {
+      const texts = d.emitted_text;
+      const ok = Array.isArray(texts) && texts.length === n
+        && texts.every((t, i) => typeof t === "string" || (t === null && emitted[i] === null));
+      if (!ok) fail(`emitted_text must hold one text per emitted token (${n})`);
+    }
+    if ("target_top" in d) {
+      const tops = d.target_top;
+      if (!Array.isArray(tops) || tops.length !== n) fail(`target_top must hold one entry per emitted token (${n})`);
+      else tops.forEach((top, j) => {
+        if (top !== null && !isTop(top)) fail(`target_top[${j}] is not a list of {token, logprob} with log-probabilities at most 0`);
+      });
+    }
+    if ("timings_us" in d) {
+      const t = d.timings_us;
+      const ok = t && typeof t === "object" && !Array.isArray(t) && Object.keys(t).sort().join() === "draft,verify"
+        && Object.values(t).every((x) => isInt(x) && x >= 0);
+      if (!ok) fail("timings_us must be {draft, verify}, each a non-negative whole number");
+    }
   }
 
   function checkSource(d, tokens, state, fail) {

@@ -599,6 +599,9 @@
     if ("emitted" in d || "emitted_text" in d) return "it carries emitted tokens in clear";
     if ([...d.drafted, d.correction].some((e) => "token" in e || "text" in e)) return "it carries a token in clear";
     if ("target_top" in d && !Array.isArray(d.target_top)) return "target_top is not a list of commitments";
+    const kept = Math.min(d.accepted_count, d.drafted.length) + 1;
+    if (d.emitted_count > kept) return `emitted_count is more than the ${kept} tokens the step keeps`;
+    if ("target_top" in d && d.target_top.length !== d.emitted_count) return "target_top does not hold one commitment per emitted token";
     return null;
   }
   function valueProblem(name, v) {

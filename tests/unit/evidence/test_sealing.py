@@ -90,3 +90,19 @@ def test_salts_differ_per_slot_so_one_opening_proves_nothing_about_another():
     assert sealing.commitment(sealing.slot_salt(SALT, names[0]), same_token) != (
         sealing.commitment(sealing.slot_salt(SALT, names[1]), same_token)
     )
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda s: {**s, "emitted_count": s["accepted_count"] + 2}, "more than the"),
+        (lambda s: {**s, "target_top": s.get("target_top", [])[:-1] or ["0" * 64] * 9}, "one"),
+    ],
+)
+def test_counts_a_sealed_record_signs_are_held_to_its_tokens(change, expected):
+    """Issue 40: an emitted_count above the accepted prefix and the correction was silently cut
+    short on opening, and a target_top of another length than the emitted tokens went
+    unchecked; both are now the record's shape, named before anything is opened."""
+    sealed, _ = sealed_all()[0]
+    assert sealing.shape_problem(sealed) is None
+    assert expected in sealing.shape_problem(change(sealed))
