@@ -295,14 +295,14 @@ class Contents:
     def _decision(self, seq: int, payload: dict, *, step: int) -> None:
         if payload.get("step") != step:
             self.fail(seq, f"decision record at seq {seq} says step {payload.get('step')!r}")
-        emitted = payload.get("emitted")
-        if sealing.workings_sealed(payload):
+        emitted, sealed = payload.get("emitted"), sealing.workings_sealed(payload)
+        if sealed:
             self.sealed_decisions += 1  # its tokens are known only from the answer's disclosure
         elif not isinstance(emitted, list):
             self.fail(seq, "decision record has no emitted tokens")
         else:
             self.emitted.extend(emitted)
-        if self.decisions == 0 and not sealing.workings_sealed(payload):
+        if self.decisions == 0 and not sealed:
             self.first_context = payload.get("context_length")
         if self.request is not None and payload.get("request_id") != self.request.get("job"):
             self.fail(seq, "decision record names another job than the request record")

@@ -100,21 +100,9 @@ def test_a_format_4_record_that_keeps_its_workings_in_clear_is_named():
 
 
 def test_a_format_4_request_states_no_prompt_length():
-    question = binding.Question("prompt_token_ids", [1, 2, 3], "", (1, 2, 3), {})
-    common = dict(
-        trail_salt=SALT,
-        job_id="j",
-        matter="m",
-        request_id=None,
-        attempt=1,
-        previous_trail=None,
-        model_spec="s",
-        models={},
-        question=question,
-    )
-    assert "token_count" not in binding.request_payload(**common)["prompt"]
-    assert binding.request_payload(**common, format_version=3)["prompt"]["token_count"] == 3
-    stated = binding.request_payload(**common)
+    assert "token_count" not in request_record()["prompt"]
+    assert request_record(format_version=3)["prompt"]["token_count"] == 3
+    stated = request_record()
     stated["prompt"]["token_count"] = 3
     contents = binding.Contents("t", 4)
     contents.observe(0, stated)
@@ -145,7 +133,9 @@ def test_verify_chain_s_walk_opens_every_format_4_decision_and_re_checks_it():
     assert any("context_length" in f.reason for f in contents.failures)
 
 
-def request_record() -> dict:
+def request_record(format_version: int = binding.FORMAT_VERSION) -> dict:
+    """The request record of a three-token prompt, with the decision vectors' models and
+    params."""
     question = binding.Question("prompt_token_ids", [1, 2, 3], "", (1, 2, 3), {})
     params = DECISIONS[0]["params"]
     payload = binding.request_payload(
@@ -158,6 +148,7 @@ def request_record() -> dict:
         model_spec="s",
         models={"draft": DECISIONS[0]["draft"], "target": DECISIONS[0]["target"]},
         question=question,
+        format_version=format_version,
     )
     return {**payload, "params": {**params, "stop": [], "stream": False}}
 
