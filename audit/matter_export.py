@@ -4,44 +4,58 @@ trail against that checkpoint. `python -m audit.offline_verify` checks it whole.
 
 The selection itself (which trails a matter's jobs have) is the serving side's to make
 (decoding.selectors.matter_trail_ids): the audit store knows trails, not matters. What it
-cannot prove is left out and named in matter.json: a trail still open, or sealed after the
-newest checkpoint. Nothing in the bundle depends on when it was made, so exporting the same
-selection under the same checkpoint rebuilds it byte for byte.
+cannot prove is left out and named in matter.json, for a reason a verifier checks against the
+log's leaves (matter_leaves.LEFT_OUT_REASONS): a trail still open, sealed after the newest
+checkpoint, sealed without a request record (nothing binds it to the matter), or, of the
+matter's other trails, outside the selection by its leaf's submission time or batch tag. A
+trail whose leaf cannot show which it is refuses the export rather than be claimed. Nothing in
+the bundle depends on when it was made, so exporting the same selection under the same
+checkpoint rebuilds it byte for byte.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import tiles
-from .evidence import bundle, descriptive
+from .evidence import bundle, descriptive, matter_leaves
 from .evidence.bundle_format import MATTER_FORMAT_VERSION
 from .export import ExportError, described, listing, require_intact, signer, texts_of
 from .log import latest_checkpoint, log_size
-from .models import DecisionRecord, LedgerEntry, MatterKey, Trail
-
-# Why a trail of the matter is not in the bundle (matter.json's left_out reasons).
-STILL_OPEN = "still open: its job has not ended"
-OUTSIDE = "outside the selection: its job was submitted on another day"
+from .models import DecisionRecord, LedgerEntry, Trail
+from .store import matter_key
 
 
 @dataclass(frozen=True)
 class MatterSelection:
     """What was asked for: a matter and, optionally, the first and last day (UTC, inclusive)
-    on which its jobs were submitted."""
+    on which its jobs were submitted, and the batch whose lines they were."""
 
     matter: str
     since: datetime.date | None = None
     until: datetime.date | None = None
+    batch: str | None = None
 
     def described(self) -> str:
-        return descriptive.selection_of(
-            {"matter": self.matter, "since": _day(self.since), "until": _day(self.until)}
-        )
+        return descriptive.selection_of(self.doc())
+
+    def doc(self) -> dict:
+        """matter.json's matter, since, until and batch."""
+        return {
+            "matter": self.matter,
+            "since": _day(self.since),
+            "until": _day(self.until),
+            "batch": self.batch,
+        }
+
+    def rule(self) -> matter_leaves.Selection:
+        """The selection as a verifier holds a leaf to it."""
+        return matter_leaves.Selection(_day(self.since), _day(self.until), self.batch)
 
 
 @dataclass(frozen=True)
@@ -58,25 +72,27 @@ def matter_export(
     selection: MatterSelection,
     trail_ids: Sequence[uuid.UUID],
     outside: Sequence[uuid.UUID] = (),
-    outside_reason: str = OUTSIDE,
     out: Path | str,
 ) -> MatterExport:
     """Write the bundle of the trails `trail_ids` (the selection's, every attempt) to `out`.
     `outside`: the matter's other trails, which its tags let an examiner find in the log, so
-    those the checkpoint covers are listed as left out, for `outside_reason`."""
+    those the checkpoint covers are listed as left out, each for the reason its leaf shows."""
     checkpoint = latest_checkpoint(log_size())
     if checkpoint is None:
         raise ExportError("no signed checkpoint yet: beat signs one within a minute of a seal")
     size = checkpoint.tree_size
+    key = matter_key(selection.matter)
     trails = {t.id: t for t in Trail.objects.filter(id__in=list(trail_ids))}
     leaves = {e.trail_id: e for e in LedgerEntry.objects.filter(trail_id__in=list(trails))}
     included, left_out = [], []
     for trail in sorted(trails.values(), key=lambda t: (str(t.job_id), t.attempt)):
         entry = leaves.get(trail.id)
         if trail.status != Trail.Status.SEALED or entry is None:
-            left_out.append(_left_out(trail, STILL_OPEN))
+            left_out.append(_left_out(trail, matter_leaves.OPEN))
         elif entry.seq >= size:
-            left_out.append(_left_out(trail, f"sealed after the checkpoint of {size} trails"))
+            left_out.append(_left_out(trail, matter_leaves.SEALED_AFTER))
+        elif json.loads(entry.payload).get("matter_tag", "") is None:
+            left_out.append(_left_out(trail, matter_leaves.NO_REQUEST))
         else:
             included.append((entry.seq, trail, entry))
     if not included:
@@ -84,15 +100,7 @@ def matter_export(
             f"{selection.described()}: no sealed trail that a signed checkpoint covers "
             f"({len(left_out)} left out)"
         )
-    sealed_outside = dict(
-        LedgerEntry.objects.filter(trail_id__in=list(outside), seq__lt=size).values_list(
-            "trail_id", "seq"
-        )
-    )
-    for trail in sorted(
-        Trail.objects.filter(id__in=sealed_outside), key=lambda t: sealed_outside[t.id]
-    ):
-        left_out.append(_left_out(trail, outside_reason))
+    left_out += _outside(selection, key, outside, size, [entry for _, _, entry in included])
     included.sort(key=lambda item: item[0])  # log order
     tree = tiles.Tiles(size)
     evidence, listed = [], []
@@ -102,6 +110,15 @@ def matter_export(
             .order_by("seq")
             .values_list("seq", "prev_hash", "record_hash", "payload")
         )
+        submitted = json.loads(records[0][3]).get("submitted_at") if records else None
+        if (
+            selection.rule().holds(json.loads(entry.payload), key, submitted_at=submitted)
+            is not True
+        ):
+            raise ExportError(
+                f"{selection.described()}: nothing signed shows that trail {trail.id} is of it "
+                "(its leaf was sealed before leaves carried batch tags)"
+            )
         models, params = described(records)
         texts = texts_of(trail, records, ())
         evidence.append(
@@ -114,18 +131,12 @@ def matter_export(
     require_intact([trail.id for _, trail, _ in included], selection.described())
     matter_doc = {
         "format_version": MATTER_FORMAT_VERSION,
-        "matter": selection.matter,
-        "since": _day(selection.since),
-        "until": _day(selection.until),
+        **selection.doc(),
+        "matter_key": key,
         "tree_size": size,
         "trails": listed,
         "left_out": left_out,
     }
-    key = MatterKey.objects.filter(matter=selection.matter).values_list("key", flat=True).first()
-    if key is not None:
-        matter_doc["matter_key"] = key
-    else:  # every trail of the matter was sealed before the tags (audit.0011): nothing to find
-        matter_doc["format_version"] = 1
     data = bundle.matter_bundle_bytes(
         matter=matter_doc,
         trails=evidence,
@@ -136,6 +147,37 @@ def matter_export(
     digest = bundle.write_zip(out, data)
     trail_ids = [entry["trail_id"] for entry in listed]
     return MatterExport(Path(out), digest, trail_ids, len(left_out), size)
+
+
+def _outside(
+    selection: MatterSelection,
+    key: str,
+    outside: Sequence[uuid.UUID],
+    size: int,
+    included: list[LedgerEntry],
+) -> list[dict]:
+    """The matter's trails outside the selection that the checkpoint covers, each left out for
+    the reason its leaf shows; ExportError for one whose leaf cannot show it is outside (sealed
+    before leaves carried submission times and batch tags), which no reason may hide."""
+    rule = selection.rule()
+    lines = [json.loads(e.payload).get("submitted_at") for e in included]
+    first_line_at = min((t for t in lines if isinstance(t, str)), default=None)
+    sealed_outside = LedgerEntry.objects.filter(trail_id__in=list(outside), seq__lt=size)
+    trails = Trail.objects.in_bulk([e.trail_id for e in sealed_outside])
+    entries = []
+    for entry in sealed_outside.order_by("seq"):
+        sealed, trail = json.loads(entry.payload), trails[entry.trail_id]
+        if sealed.get("matter_tag", "") is None:
+            entries.append(_left_out(trail, matter_leaves.NO_REQUEST))
+        elif rule.holds(sealed, key, first_line_at=first_line_at) is False:
+            entries.append(_left_out(trail, matter_leaves.OUTSIDE))
+        else:
+            raise ExportError(
+                f"{selection.described()}: trail {entry.trail_id} of the matter was sealed "
+                "before leaves carried submission times and batch tags, so nothing would show "
+                "it outside the selection; produce a selection that includes it"
+            )
+    return entries
 
 
 def _left_out(trail: Trail, reason: str) -> dict:

@@ -33,6 +33,9 @@ class Trail(models.Model):
     # v2: the secret (hex) from which the salts of the trail's bound texts derive; never in a
     # record, so a withheld text cannot be confirmed by guessing.
     salt = models.CharField(max_length=64, blank=True, default="")
+    # The batch whose line this attempt's job is ("" for none): its leaf's batch_tag says so to
+    # whoever holds the matter's key (audit.evidence.matter_leaves.batch_tag).
+    batch_id = models.CharField(max_length=40, blank=True, default="")
     genesis_hash = models.CharField(max_length=64)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)

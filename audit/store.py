@@ -30,10 +30,16 @@ class TrailMoved(Exception):
     """The trail is not where its writer left it: sealed, or extended by someone else."""
 
 
-def trail_open(*, job_id: uuid.UUID, attempt: int, previous_id: uuid.UUID | None = None) -> Trail:
+def trail_open(
+    *,
+    job_id: uuid.UUID,
+    attempt: int,
+    previous_id: uuid.UUID | None = None,
+    batch_id: str = "",
+) -> Trail:
     """A new open trail (the current format, with its own salt) for one attempt; previous_id
-    links the job's earlier attempt's trail. Its first record is the request
-    (binding.request_payload)."""
+    links the job's earlier attempt's trail, batch_id names the batch whose line the job is.
+    Its first record is the request (binding.request_payload)."""
     trail_id = uuid.uuid4()
     genesis = chain.genesis_hash(str(trail_id))
     return Trail.objects.create(
@@ -41,6 +47,7 @@ def trail_open(*, job_id: uuid.UUID, attempt: int, previous_id: uuid.UUID | None
         job_id=job_id,
         attempt=attempt,
         previous_id=previous_id,
+        batch_id=batch_id,
         format_version=binding.FORMAT_VERSION,
         salt=binding.new_trail_salt(),
         genesis_hash=genesis,
@@ -196,6 +203,7 @@ def trail_seal(*, trail_id: uuid.UUID, outcome: str) -> LedgerEntry:
         seq = last.seq + 1 if last else 0
         prev_hash = last.entry_hash if last else chain.ledger_genesis_hash()
         sealed_at = timezone.now()
+        tag, submitted_at, batch = _matter_tags(trail)
         payload = chain.ledger_payload(
             format_version=trail.format_version,
             trail_id=str(trail.id),
@@ -203,7 +211,8 @@ def trail_seal(*, trail_id: uuid.UUID, outcome: str) -> LedgerEntry:
             record_count=trail.record_count,
             head_hash=trail.head_hash,
             outcome=outcome,
-            tagged=(_matter_tag(trail), matter_leaves.utc_time(sealed_at)),
+            tagged=(tag, matter_leaves.utc_time(sealed_at)),
+            selection=(submitted_at, batch),
         )
         entry = LedgerEntry.objects.create(
             seq=seq,
@@ -218,21 +227,36 @@ def trail_seal(*, trail_id: uuid.UUID, outcome: str) -> LedgerEntry:
     return entry
 
 
-def _matter_tag(trail: Trail) -> str | None:
-    """The leaf's matter tag: of the matter the trail's request record names (None when it
-    recorded none). Called under the ledger lock, which also serialises making a matter's key."""
-    request = (
+def _matter_tags(trail: Trail) -> tuple[str | None, str | None, str | None]:
+    """The leaf's matter tag, submission time and batch tag, of the matter and the time its
+    request record names (all None when it recorded none). Called under the ledger lock, which
+    also serialises making a matter's key."""
+    payload = (
         DecisionRecord.objects.filter(trail=trail, kind=DecisionRecord.Kind.REQUEST)
         .values_list("payload", flat=True)
         .first()
     )
-    if request is None:
-        return None
-    matter = json.loads(request)["matter"]
+    if payload is None:
+        return None, None, None
+    request = json.loads(payload)
+    key = matter_key(request["matter"])
+    trail_id = str(trail.id)
+    return (
+        matter_leaves.matter_tag(key, trail_id),
+        request["submitted_at"],
+        matter_leaves.batch_tag(key, trail_id, trail.batch_id),
+    )
+
+
+def matter_key(matter: str) -> str:
+    """The matter's tag key, made when first asked for (under the ledger lock when sealing)."""
     key = MatterKey.objects.filter(matter=matter).values_list("key", flat=True).first()
     if key is None:
-        key = MatterKey.objects.create(matter=matter, key=secrets.token_hex(32)).key
-    return matter_leaves.matter_tag(key, str(trail.id))
+        made = MatterKey.objects.get_or_create(
+            matter=matter, defaults={"key": secrets.token_hex(32)}
+        )
+        key = made[0].key
+    return key
 
 
 def _lock_ledger() -> None:

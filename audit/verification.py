@@ -235,26 +235,28 @@ class _Context:
             fixed, to_walk = _anchored_trails(self.point, sealed, sealed_at, counts)
             part.trails_anchored = len(fixed)
         summaries: dict[str, chain.TrailSummary] = {}
-        matters: dict[str, str | None] = {}  # each walked trail's request's matter
+        requests: dict[str, dict | None] = {}  # each walked trail's request record
         batch: list[_Walked] = []
         for trail_id, records in _records_to_walk(to_walk, shard):
             walked = _walk(trail_id, trails.get(trail_id), records, part)
-            summaries[trail_id], matters[trail_id] = walked.summary, _matter_of(walked)
+            summaries[trail_id], requests[trail_id] = walked.summary, walked.contents.request
             batch = self._next(batch, walked, part)
         for walked in _anchored_walks(fixed, trails, sealed, part, shard):
             trail_id = walked.contents.trail_id
-            summaries[trail_id], matters[trail_id] = walked.summary, _matter_of(walked)
+            summaries[trail_id], requests[trail_id] = walked.summary, walked.contents.request
             batch = self._next(batch, walked, part)
         for trail_id in trails.keys() - summaries.keys():  # trails without a single record
             walked = _walk(trail_id, trails[trail_id], (), part)
-            summaries[trail_id], matters[trail_id] = walked.summary, None
+            summaries[trail_id], requests[trail_id] = walked.summary, None
             batch = _claims_batch(batch, walked, part)
         _check_claims(batch, part)
         keys = _matter_keys()
         for trail_id, payload in sealed.items():
             part.failures.extend(chain.check_sealed_trail(payload, summaries.get(trail_id)))
             part.failures.extend(_leaf_against_row(payload, trails.get(trail_id)))
-            part.failures.extend(_tag_failures(payload, matters.get(trail_id), keys))
+            part.failures.extend(
+                _tag_failures(payload, requests.get(trail_id), trails.get(trail_id), keys)
+            )
         for trail_id, trail in trails.items():
             if trail_id not in sealed:
                 _check_open(trail_id, summaries[trail_id], trail, part)
@@ -512,24 +514,31 @@ def _matter_keys() -> dict[str, str]:
     return dict(MatterKey.objects.values_list("matter", "key"))
 
 
-def _matter_of(walked: _Walked) -> str | None:
-    request = walked.contents.request
-    return request.get("matter") if request is not None else None
-
-
-def _tag_failures(sealed: dict, matter: str | None, keys: dict[str, str]) -> list[chain.Failure]:
-    """A tagged leaf carries the tag of its request record's `matter` (null without a request):
-    a wrong tag would hide the trail from that matter's completeness check
-    (audit.evidence.matter_leaves)."""
+def _tag_failures(
+    sealed: dict, request: dict | None, trail: Trail | None, keys: dict[str, str]
+) -> list[chain.Failure]:
+    """A tagged leaf carries the tag of its request record's matter (null without a request): a
+    wrong tag would hide the trail from that matter's completeness check; a leaf of matter
+    format 3 also the request's submission time and the batch tag of the trail row's batch,
+    which a matter bundle's selection is held to (audit.evidence.matter_leaves)."""
     if "matter_tag" not in sealed:
         return []  # sealed before the tags
     trail_id = sealed.get("trail")
+    matter = request.get("matter") if request is not None else None
     key = keys.get(matter) if matter is not None else None
-    expected = matter_leaves.matter_tag(key, trail_id) if key is not None else None
-    if sealed["matter_tag"] == expected:
-        return []
-    reason = "the sealed leaf's matter_tag is not the tag of its request record's matter"
-    return [chain.Failure("trail", trail_id, None, reason)]
+    failures = []
+    if sealed["matter_tag"] != (matter_leaves.matter_tag(key, trail_id) if key else None):
+        failures.append(
+            "the sealed leaf's matter_tag is not the tag of its request record's matter"
+        )
+    if "submitted_at" in sealed:
+        if sealed["submitted_at"] != (request.get("submitted_at") if request else None):
+            failures.append("the sealed leaf's submitted_at is not its request record's")
+        if trail is not None and sealed["batch_tag"] != (
+            matter_leaves.batch_tag(key, trail_id, trail.batch_id) if key else None
+        ):
+            failures.append("the sealed leaf's batch_tag is not the tag of its trail's batch")
+    return [chain.Failure("trail", trail_id, None, reason) for reason in failures]
 
 
 def _leaf_against_row(payload: dict, trail: Trail | None) -> list[chain.Failure]:
@@ -566,7 +575,7 @@ def _check_head(
         sealed_as = json.loads(ledger_payload)
         report.failures.extend(chain.check_sealed_trail(sealed_as, summary if present else None))
         report.failures.extend(_leaf_against_row(sealed_as, trail))
-        report.failures.extend(_tag_failures(sealed_as, _matter_of(walked), keys))
+        report.failures.extend(_tag_failures(sealed_as, walked.contents.request, trail, keys))
     elif trail is None:
         report.failures.append(chain.Failure("trail", trail_id, None, "trail is missing"))
     else:

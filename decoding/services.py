@@ -258,16 +258,10 @@ def matter_bundle_export(
 def batch_bundle_export(*, batch: Batch, out) -> MatterExport:
     """A batch produced as one matter bundle (the existing format): every trail of its lines'
     jobs, and the matter's other trails listed as left out, outside the batch."""
-    selection = MatterSelection(matter=batch.matter.name)
+    selection = MatterSelection(matter=batch.matter.name, batch=batch.pk)
     trail_ids = batch_trail_ids(batch.pk)
     outside = set(matter_trail_ids(batch.matter)) - set(trail_ids)
-    return matter_export(
-        selection=selection,
-        trail_ids=trail_ids,
-        outside=sorted(outside),
-        outside_reason=f"outside the selection: not a line of batch {batch.pk}",
-        out=out,
-    )
+    return matter_export(selection=selection, trail_ids=trail_ids, outside=sorted(outside), out=out)
 
 
 def replay_request(*, job: GenerationJob, user=None) -> Replay:

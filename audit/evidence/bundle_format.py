@@ -65,9 +65,12 @@ MEMBER_NAMES_V2 = tuple(name for name in MEMBER_NAMES if name != REPORT)
 # under trails/<trail id>/, in matter.json's order, then report.pdf, verification.txt, README.txt
 # and manifest.json over all of them.
 # Matter format 2 adds matter_key (the key of the matter's leaf tags, audit.evidence.matter_leaves);
-# format 1, written before the tags, has none.
-MATTER_FORMAT_VERSION = 2
-MATTER_FORMAT_VERSIONS = (1, 2)
+# format 1, written before the tags, has none. Format 3 adds batch (the selection's batch, or
+# null) and gives each left_out entry a reason a verifier checks against the log's leaves
+# (matter_leaves.LEFT_OUT_REASONS); a bundle holding a leaf that carries submitted_at must be
+# format 3, one holding a tagged leaf at least format 2.
+MATTER_FORMAT_VERSION = 3
+MATTER_FORMAT_VERSIONS = (1, 2, 3)
 SIGNED_MEMBERS = (CHECKPOINT, TIMESTAMP, VERIFIER_KEY)
 TRAIL_MEMBERS = (
     RECORDS,

@@ -88,10 +88,13 @@ def ledger_payload(
     head_hash: str,
     outcome: str,
     tagged: tuple[str | None, str] | None = None,
+    selection: tuple[str | None, str | None] | None = None,
 ) -> str:
-    """A sealed trail's leaf; "v" is the trail's format version (1 or 2). `tagged`, in leaves
-    sealed since the matter tags: the matter tag (None for a trail that recorded no request,
-    whose matter no record names) and the seal time (audit.evidence.matter_leaves)."""
+    """A sealed trail's leaf; "v" is the trail's format version. `tagged`, in leaves sealed
+    since the matter tags: the matter tag (None for a trail that recorded no request, whose
+    matter no record names) and the seal time; `selection`, in leaves sealed since matter
+    format 3: the job's submission time and the batch tag (None without a request)
+    (audit.evidence.matter_leaves)."""
     leaf = {
         "v": format_version,
         "trail": trail_id,
@@ -102,6 +105,8 @@ def ledger_payload(
     }
     if tagged is not None:
         leaf["matter_tag"], leaf["sealed_at"] = tagged
+    if selection is not None:
+        leaf["submitted_at"], leaf["batch_tag"] = selection
     return canonical_json(leaf)
 
 

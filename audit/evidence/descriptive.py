@@ -161,14 +161,15 @@ def _trail_claim(facts: TrailFacts) -> str:
 
 
 def selection_of(matter: dict) -> str:
-    """What a matter bundle holds, in words, from matter.json's matter, since and until."""
-    since, until = matter.get("since"), matter.get("until")
+    """What a matter bundle holds, in words, from matter.json's matter, since, until and batch."""
+    since, until, batch = matter.get("since"), matter.get("until"), matter.get("batch")
     days = (
         f" from {since or 'the first job'} to {until or 'the last'} (UTC, inclusive)"
         if since or until
         else ""
     )
-    return f"every trail of matter {quoted(matter['matter'])}{days}"
+    lines = f" that were lines of batch {quoted(batch)}" if batch is not None else ""
+    return f"every trail of matter {quoted(matter['matter'])}{lines}{days}"
 
 
 def trail_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
@@ -228,6 +229,8 @@ def _trail_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
 _LEFT_OUT_REASONS = {
     1: "still open, or sealed after the checkpoint",
     2: "still open, sealed after the checkpoint, or submitted outside the selection",
+    3: "open, sealed after the checkpoint, sealed with no request, or outside the selection: "
+    "with --log each is checked against the log",
 }
 
 

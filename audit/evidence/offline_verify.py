@@ -159,6 +159,7 @@ class _Bundle:
     bundle_format: int | None = None  # the manifest's format_version, once it was accepted
     question: str | None = None  # what the verified bundle says was asked, for the report
     answer: str | None = None
+    listed_leaves: dict[str, dict] = field(default_factory=dict)  # a matter's, by trail id
 
     def check(self, name: str) -> Check:
         result = Check(name)
@@ -402,14 +403,24 @@ def _check_leaf(b: _Bundle, check: Check) -> None:
         return
     if canonical != leaf["payload"]:
         check.fail("ledger payload is not in canonical form")
-    if not isinstance(sealed, dict) or set(sealed) not in (_LEAF_KEYS, _TAGGED_LEAF_KEYS):
+    if not isinstance(sealed, dict) or set(sealed) not in _LEAF_SHAPES:
         check.fail(
             "ledger payload must hold exactly v, trail, job, records, head, outcome (and, "
-            "sealed since the matter tags, matter_tag and sealed_at)"
+            "sealed since the matter tags, matter_tag and sealed_at; since matter format 3, "
+            "submitted_at and batch_tag too)"
         )
         return
     if "sealed_at" in sealed and not matter_leaves.UTC_TIME.fullmatch(str(sealed["sealed_at"])):
         check.fail("ledger leaf's sealed_at is not a UTC time (…T…:…:….ffffffZ)")
+    if "submitted_at" in sealed:
+        tagged = sealed["matter_tag"] is not None
+        submitted, batch = sealed["submitted_at"], sealed["batch_tag"]
+        if (submitted is not None, batch is not None) != (tagged, tagged):
+            check.fail("a leaf carries submitted_at and batch_tag exactly when it carries a tag")
+        elif tagged and not (
+            matter_leaves.UTC_TIME.fullmatch(str(submitted)) and _HEX64.fullmatch(str(batch))
+        ):
+            check.fail("ledger leaf's submitted_at is not a UTC time or its batch_tag not hex")
     if b.contents is None or sealed["v"] != b.contents.format_version:
         check.fail(f"ledger payload version {sealed['v']!r} is not the chain's format_version")
     if b.trail_id is None or b.record_count is None:
@@ -430,6 +441,9 @@ def _check_leaf(b: _Bundle, check: Check) -> None:
         request = b.contents.request
         if request is not None and sealed["job"] != request.get("job"):
             check.fail("ledger leaf seals another job than the request record names")
+        submitted = request.get("submitted_at") if request is not None else None
+        if "submitted_at" in sealed and request is not None and sealed["submitted_at"] != submitted:
+            check.fail("ledger leaf's submitted_at is not the request record's")
         if "matter_tag" in sealed:  # sealed since the matter tags
             tag = sealed["matter_tag"]
             if (request is None) != (tag is None):
@@ -847,7 +861,7 @@ def inspect_bundle(
     evidence_ok = all(c.ok for c in b.checks)  # before the pins, which judge trust, not content
     signed = _check_signed(b, keys, witness_keys, witness_quorum, tsa_pem)
     if doc is not None:
-        _check_completeness(b.check("completeness"), doc, signed, log)
+        _check_completeness(b, b.check("completeness"), doc, signed, log)
     _check_descriptive(b, b.check("descriptive files"), evidence_ok, unproven_descriptive)
     if doc is not None:
         return Findings(b.checks, matter=doc)
@@ -900,14 +914,15 @@ def _list(value: object) -> list:
 
 
 def _check_completeness(
-    check: Check, doc: dict, signed: checkpoints.Checkpoint | None, log: str | None
+    b: _Bundle,
+    check: Check,
+    doc: dict,
+    signed: checkpoints.Checkpoint | None,
+    log: str | None,
 ) -> None:
     """With the log's tiles: every leaf the matter's key tags, up to the checkpoint, is a trail
-    of the bundle or listed as left out, and no trail listed as left out is another matter's."""
-    if "matter_key" not in doc:
-        check.skipped = True
-        check.detail = "not checked: a matter bundle of format 1 discloses no matter key"
-        return
+    of the bundle or listed as left out, every left_out reason is what the log's leaves say, and
+    the bundle is of the format its matter's leaves require."""
     if log is None:
         check.skipped = True
         check.detail = "not checked: pass --log with the log's tiles (https://<host>/log)"
@@ -920,10 +935,38 @@ def _check_completeness(
     except matter_leaves.LogUnreadable as exc:
         check.fail(f"the log at {log}: {exc}")
         return
-    left_out = [e.get("trail_id") for e in _list(doc["left_out"]) if isinstance(e, dict)]
-    found = matter_leaves.scan(leaves, doc["matter_key"], asked=left_out)
+    if "matter_key" not in doc:
+        tagged = next((i for i, leaf in enumerate(leaves) if '"matter_tag":' in leaf), None)
+        if tagged is not None:
+            check.fail(
+                f"the log's leaf {tagged} carries a matter tag, so a matter bundle under this "
+                "checkpoint discloses its matter's key (matter format 2 or later); this one "
+                "says format 1, whose completeness nothing can check"
+            )
+        else:
+            check.skipped = True
+            check.detail = "not checked: no leaf of the log carries a matter tag (matter format 1)"
+        return
+    left_out = _reasons(doc)
+    found = matter_leaves.scan(leaves, doc["matter_key"], asked=[e["trail_id"] for e in left_out])
     listed = [t.get("trail_id") for t in _list(doc["trails"]) if isinstance(t, dict)]
-    for reason in matter_leaves.completeness_failures(found, listed, left_out):
+    for reason in matter_leaves.completeness_failures(
+        found, listed, [e["trail_id"] for e in left_out]
+    ):
+        check.fail(reason)
+    if doc["format_version"] < 3 and found.any_selection_leaf:
+        check.fail(
+            "a leaf of the matter carries submitted_at, so a bundle of it is matter format 3, "
+            f"whose left_out reasons are checked; this one says format {doc['format_version']}"
+        )
+    lines = [
+        leaf["submitted_at"]
+        for leaf in b.listed_leaves.values()
+        if isinstance(leaf.get("submitted_at"), str)
+    ]
+    for reason in matter_leaves.reason_failures(
+        found, doc["matter_key"], left_out, _selection(doc), min(lines, default=None)
+    ):
         check.fail(reason)
     if found.tagged_from is None:
         check.fail(f"none of the log's {found.leaves} leaves carries a matter tag")
@@ -931,14 +974,25 @@ def _check_completeness(
         check.detail = (
             f"the log's {found.leaves} leaves (read from {log}) make the checkpoint's root; from "
             f"leaf {found.tagged_from} on, where the tags begin, the matter's {len(found.matter)} "
-            "leaves are every one in the bundle or left out"
+            f"leaves are every one in the bundle or left out, and the {len(left_out)} left out "
+            "are so for the reason the log's leaves give"
         )
 
 
 _LEAF_KEYS = {"v", "trail", "job", "records", "head", "outcome"}
 _TAGGED_LEAF_KEYS = _LEAF_KEYS | matter_leaves.TAGGED_LEAF_KEYS
+_LEAF_SHAPES = (
+    _LEAF_KEYS,
+    _TAGGED_LEAF_KEYS,
+    _TAGGED_LEAF_KEYS | matter_leaves.SELECTION_LEAF_KEYS,
+)
 _MATTER_KEYS = {"format_version", "matter", "since", "until", "tree_size", "trails", "left_out"}
-_MATTER_KEYS_BY_FORMAT = {1: _MATTER_KEYS, 2: _MATTER_KEYS | {"matter_key"}}
+_MATTER_KEYS_BY_FORMAT = {
+    1: _MATTER_KEYS,
+    2: _MATTER_KEYS | {"matter_key"},
+    3: _MATTER_KEYS | {"matter_key", "batch"},
+}
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 _LISTED_KEYS = {"trail_id", "job_id", "attempt", "outcome", "abandoned", "leaf_index"}
 
 
@@ -985,6 +1039,22 @@ def _check_matter(b: _Bundle, names: list[str]) -> dict | None:
                 check.fail(
                     f"trail {entry['trail_id']} is in the bundle and also listed as left out"
                 )
+            if (
+                doc is not None
+                and doc["format_version"] >= 3
+                and (entry["reason"] not in matter_leaves.LEFT_OUT_REASONS)
+            ):
+                check.fail(
+                    f"trail {entry['trail_id']} is left out for {entry['reason']!r}, no reason a "
+                    f"verifier can check (one of {', '.join(matter_leaves.LEFT_OUT_REASONS)})"
+                )
+    if doc is not None and not all(
+        day is None or (isinstance(day, str) and _DAY.fullmatch(day))
+        for day in (doc["since"], doc["until"])
+    ):
+        check.fail("since and until must each be a UTC day (YYYY-MM-DD) or null")
+    if doc is not None and not isinstance(doc.get("batch"), str | None):
+        check.fail("batch must be a batch id or null")
     for t in listed:
         if t["abandoned"] is not (t["outcome"] == "abandoned"):
             check.fail(f"trail {t['trail_id']}: abandoned must be true exactly when outcome is")
@@ -1089,12 +1159,71 @@ def _check_listed_trail(b: _Bundle, doc: dict, entry: dict) -> dict | None:
     key, tag = doc.get("matter_key"), sealed.get("matter_tag") if isinstance(sealed, dict) else None
     if key is not None and tag is not None and tag != matter_leaves.matter_tag(key, trail_id):
         check.fail("its ledger leaf's matter_tag is not the one matter_key makes for it")
+    if isinstance(sealed, dict):
+        b.listed_leaves[trail_id] = sealed
+        _check_format_floor(check, doc, sealed)
+        if key is not None and request is not None:
+            selection = matter_leaves.Selection(doc["since"], doc["until"], doc.get("batch"))
+            holds = selection.holds(sealed, key, submitted_at=request.get("submitted_at"))
+            if holds is not True:
+                check.fail(
+                    f"nothing signed shows it is of the selection, {descriptive.selection_of(doc)}"
+                    if holds is None
+                    else f"it is not of the selection, {descriptive.selection_of(doc)}"
+                )
     if not check.failures:
         check.detail = (
             f"job {entry['job_id']}, attempt {entry['attempt']}, {entry['outcome']}, of matter "
             f"{doc['matter']!r}"
         )
     return request
+
+
+def _check_format_floor(check: Check, doc: dict, sealed: dict) -> None:
+    """A matter bundle cannot claim a format older than its leaves: a tagged leaf needs the
+    matter's key (format 2), a leaf that carries submitted_at checked reasons (format 3)."""
+    if "submitted_at" in sealed and doc["format_version"] < 3:
+        check.fail(
+            "its ledger leaf carries submitted_at, so a bundle of it is matter format 3, whose "
+            "selection and left_out reasons are checked; this one says format "
+            f"{doc['format_version']}"
+        )
+    elif "matter_tag" in sealed and doc["format_version"] < 2:
+        check.fail(
+            "its ledger leaf carries a matter tag, so a bundle of it discloses the matter's key "
+            "(matter format 2 or later); this one says format 1"
+        )
+
+
+# Matter format 2 wrote its reasons as text; these are the checks each text asks for.
+_LEGACY_REASONS = (
+    ("still open", matter_leaves.OPEN),
+    ("sealed after the checkpoint", matter_leaves.SEALED_AFTER),
+    ("outside the selection", matter_leaves.OUTSIDE),
+)
+_LEGACY_BATCH = re.compile(r"not a line of batch (\S+)$")
+
+
+def _reasons(doc: dict) -> list[dict]:
+    """matter.json's left_out entries with each reason as the code a verifier checks."""
+    if doc["format_version"] >= 3:
+        return _list(doc["left_out"])
+    entries = []
+    for entry in _list(doc["left_out"]):
+        code = next(
+            (c for prefix, c in _LEGACY_REASONS if str(entry["reason"]).startswith(prefix)),
+            entry["reason"],
+        )
+        entries.append({**entry, "reason": code})
+    return entries
+
+
+def _selection(doc: dict) -> matter_leaves.Selection:
+    batch = doc.get("batch")
+    if doc["format_version"] < 3:  # format 2 named a batch only in its reasons
+        named = (_LEGACY_BATCH.search(str(e["reason"])) for e in _list(doc["left_out"]))
+        batch = next((m.group(1) for m in named if m), None)
+    return matter_leaves.Selection(doc["since"], doc["until"], batch)
 
 
 def check_bundle(source: str | Path | bytes, **pins) -> list[Check]:

@@ -34,7 +34,7 @@ from decoding.engine import (
     GenerationResult,
     SpeculativeDecoder,
 )
-from decoding.models import GenerationJob
+from decoding.models import BatchLine, GenerationJob
 from decoding.text import StopStrings, output_text
 from decoding.worker import references, runtime
 from decoding.worker.leases import LEASES, LostOwnership, Watch
@@ -197,7 +197,13 @@ def _claim(job_id: uuid.UUID) -> tuple[GenerationJob, Trail] | None:
                 metrics.job_finished(ended)
                 transaction.on_commit(lambda: events.publish(job_id))
                 return None
-        trail = trail_open(job_id=job.id, attempt=job.attempts + 1, previous_id=previous_trail)
+        trail = trail_open(
+            job_id=job.id,
+            attempt=job.attempts + 1,
+            previous_id=previous_trail,
+            batch_id=BatchLine.objects.filter(job=job).values_list("batch_id", flat=True).first()
+            or "",
+        )
         if not lifecycle.attempt_start(job, trail_id=trail.id, worker=_worker_name()):
             # Another delivery started it first (SQLite takes no row lock): never two attempts.
             transaction.set_rollback(True)

@@ -501,6 +501,7 @@ def test_a_batch_is_produced_as_one_matter_bundle_that_verifies_offline(owner, b
     lines = GenerationJob.objects.filter(batch_line__batch_id=done["id"])
     assert {t["trail_id"] for t in doc["trails"]} == {str(j.trail_id) for j in lines}
     (left,) = doc["left_out"]
-    assert left["trail_id"] == str(outside.trail_id) and done["id"] in left["reason"]
+    assert (left["trail_id"], left["reason"]) == (str(outside.trail_id), "outside_selection")
+    assert doc["batch"] == done["id"]
     detail = json.loads(CustodyEvent.objects.get(action="export_matter").detail)
     assert detail["batch"] == done["id"] and detail["sha256"] == response["X-Content-SHA256"]

@@ -119,8 +119,8 @@ def test_the_bundle_holds_every_sealed_trail_of_the_matter_and_verifies(produced
     ]
     assert str(produced["other"].trail_id) not in listed  # another matter's
     left = {t["trail_id"]: t["reason"] for t in doc["left_out"]}
-    assert "sealed after the checkpoint" in left[str(produced["late"].trail_id)]
-    assert "still open" in left[str(produced["open_trail"].id)]
+    assert left[str(produced["late"].trail_id)] == "sealed_after_checkpoint"
+    assert left[str(produced["open_trail"].id)] == "open"
     assert doc["matter"] == MATTER_NAME and doc["since"] is None
     indexes = [t["leaf_index"] for t in doc["trails"]]
     assert indexes == sorted(indexes) and max(indexes) < doc["tree_size"]
@@ -337,7 +337,7 @@ def competent(data: bytes, change) -> bytes:
 
 def test_a_matter_bundle_is_complete_against_the_public_log(produced, client, tmp_path, capsys):
     data, doc = export(tmp_path)
-    assert doc["format_version"] == 2 and len(doc["matter_key"]) == 64
+    assert doc["format_version"] == 3 and len(doc["matter_key"]) == 64
     log = mirrored_log(client, tmp_path, doc["tree_size"])
     code = offline_main([str(tmp_path / "matter.zip"), "--key", key()[0], "--log", log])
     printed = capsys.readouterr().out
@@ -354,7 +354,7 @@ def test_a_day_selection_lists_the_matters_other_sealed_trails_as_left_out(
     data, doc = export(tmp_path, "--since", "2026-01-16")
     january = str(produced["january"].trail_id)
     left = {t["trail_id"]: t["reason"] for t in doc["left_out"]}
-    assert "outside the selection" in left[january]
+    assert left[january] == "outside_selection"
     log = mirrored_log(client, tmp_path, doc["tree_size"])
     assert verify_bundle(data, keys=key(), log=log) == []
 
@@ -391,13 +391,17 @@ def test_a_made_up_left_out_entry_is_refused(produced, client, tmp_path):
     def pad(m):
         listed = json.loads(m[MATTER])
         listed["left_out"].append(
-            {"trail_id": str(theirs.trail_id), "job_id": str(theirs.id), "reason": "made up"}
+            {
+                "trail_id": str(theirs.trail_id),
+                "job_id": str(theirs.id),
+                "reason": "outside_selection",
+            }
         )
         m[MATTER] = json_member(listed)
 
     log = mirrored_log(client, tmp_path, doc["tree_size"])
     failures = verify_bundle(competent(data, pad), keys=key(), log=log)
-    assert any("listed as left out, but leaf" in f for f in failures), failures
+    assert any("seals it as no trail of this matter" in f for f in failures), failures
 
 
 def test_another_matters_key_finds_none_of_this_matters_leaves(produced, client, tmp_path):

@@ -51,10 +51,68 @@ def test_it_is_complete_against_its_log_and_a_dropped_trail_shows():
 
 def test_the_matter_format_1_sample_verifies_and_says_completeness_cannot_be_checked():
     old = (DATA / "legacy" / "sample-matter-matter-format1.zip").read_bytes()
-    pins = {"keys": [KEYS["log_verifier"]], "log": str(DATA / "sample-log")}
+    pins = {"keys": [KEYS["log_verifier"]]}
     assert verify_bundle(old, **pins) == []
     checks = {c.name: c for c in check_bundle(old, **pins)}
-    assert checks["completeness"].skipped and "format 1" in checks["completeness"].detail
+    assert checks["completeness"].skipped and "--log" in checks["completeness"].detail
+
+
+def downgraded(members):  # the examiner's downgrade: no key, so nothing to find the leaves by
+    matter = json.loads(members["matter.json"])
+    del matter["matter_key"]
+    matter["format_version"] = 1
+    members["matter.json"] = bundle_format.json_member(matter)
+    members.update(descriptive_of(members))
+
+
+def descriptive_of(members):
+    from audit.evidence import descriptive
+
+    return descriptive.matter_descriptive(members)
+
+
+def test_a_bundle_downgraded_below_its_leaves_format_fails_with_and_without_the_log():
+    forged = rezipped(SAMPLE, downgraded)
+    pins = {"keys": [KEYS["log_verifier"]]}
+    failures = verify_bundle(forged, **pins)
+    assert failures and all("carries a matter tag" in f for f in failures), failures
+    failures = verify_bundle(forged, **pins, log=str(DATA / "sample-log"))
+    assert any(f.startswith("completeness: the log's leaf 0 carries a matter tag") for f in failures)
+
+
+def test_a_false_reason_for_leaving_a_trail_out_is_refuted_by_the_log():
+    def left_out_as(reason):
+        def change(members):
+            matter = json.loads(members["matter.json"])
+            gone = make_golden_matter.ABANDONED_TRAIL
+            matter["trails"] = [t for t in matter["trails"] if t["trail_id"] != gone]
+            matter["left_out"] = [
+                {"trail_id": gone, "job_id": make_golden_matter.ABANDONED_JOB, "reason": reason}
+            ]
+            members["matter.json"] = bundle_format.json_member(matter)
+            for name in [n for n in members if n.startswith(f"trails/{gone}/")]:
+                del members[name]
+            members.update(descriptive_of(members))
+
+        return change
+
+    pins = {"keys": [KEYS["log_verifier"]], "log": str(DATA / "sample-log")}
+    for reason in ("still open: its job has not ended", "sealed after the checkpoint of 5 trails"):
+        failures = verify_bundle(rezipped(SAMPLE, left_out_as(reason)), **pins)
+        assert len(failures) == 1 and "but leaf 3, under the checkpoint, seals it" in failures[0]
+    outside = "outside the selection: its job was submitted on another day"
+    failures = verify_bundle(rezipped(SAMPLE, left_out_as(outside)), **pins)
+    assert len(failures) == 1 and "but leaf 3 shows it in the selection" in failures[0]
+
+    def narrowed(members):  # and the selection narrowed to the day after the other trail's
+        left_out_as(outside)(members)
+        matter = json.loads(members["matter.json"])
+        matter["since"] = "2026-12-06"
+        members["matter.json"] = bundle_format.json_member(matter)
+        members.update(descriptive_of(members))
+
+    failures = verify_bundle(rezipped(SAMPLE, narrowed), **pins)
+    assert any("it is not of the selection" in f for f in failures), failures
 
 
 def rezipped(data: bytes, change) -> bytes:

@@ -36,5 +36,5 @@ class Command(BaseCommand):
         self.stdout.write(f"Wrote the evidence bundle of trail {trail_id} to {path}.")
         self.stdout.write(
             f"Check it offline: python -m audit.offline_verify {path} --key '<the log's "
-            "verifier key, from manage.py checkpoint --verifier-key>'"
+            "verifier key, from manage.py verifier_key>'"
         )

@@ -47,5 +47,5 @@ class Command(BaseCommand):
             self.stdout.write(f"{export.left_out} trail(s) left out: matter.json says why.")
         self.stdout.write(
             f"Check it offline: python -m audit.offline_verify {export.path} --key '<the log's "
-            "verifier key, from manage.py checkpoint --verifier-key>'"
+            "verifier key, from manage.py verifier_key>'"
         )

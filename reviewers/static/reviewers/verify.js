@@ -58,6 +58,45 @@
     const key = await crypto.subtle.importKey("raw", unhex(matterKey), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
     return hex(new Uint8Array(await crypto.subtle.sign("HMAC", key, concat(utf8("PF-MATTER-TAG-v1"), NUL, utf8(trailId)))));
   }
+  async function batchTag(matterKey, trailId, batchId) {  // audit.evidence.matter_leaves.batch_tag
+    const key = await crypto.subtle.importKey("raw", unhex(matterKey), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+    return hex(new Uint8Array(await crypto.subtle.sign("HMAC", key, concat(utf8("PF-BATCH-TAG-v1"), NUL, utf8(trailId), NUL, utf8(batchId)))));
+  }
+  // audit.evidence.matter_leaves.Selection.holds: true, false, or null when nothing signed tells.
+  async function selectionHolds(sel, sealed, matterKey, submittedAt = null, firstLineAt = null) {
+    const verdicts = [];
+    const submitted = "submitted_at" in sealed ? sealed.submitted_at : submittedAt;
+    const sealedAt = sealed.sealed_at;
+    if (sel.since !== null || sel.until !== null) {
+      if (typeof submitted === "string") {
+        const day = submitted.slice(0, 10);
+        verdicts.push((sel.since === null || sel.since <= day) && (sel.until === null || day <= sel.until));
+      } else if (typeof sealedAt === "string" && sel.since !== null && sealedAt.slice(0, 10) < sel.since) verdicts.push(false);
+      else verdicts.push(null);
+    }
+    if (sel.batch !== null) {
+      if (typeof sealed.batch_tag === "string") verdicts.push(sealed.batch_tag === await batchTag(matterKey, sealed.trail, sel.batch));
+      else if (typeof sealedAt === "string" && firstLineAt !== null && sealedAt < firstLineAt) verdicts.push(false);
+      else verdicts.push(null);
+    }
+    if (verdicts.includes(false)) return false;
+    return verdicts.includes(null) ? null : true;
+  }
+  const LEFT_OUT_CODES = ["open", "sealed_after_checkpoint", "no_request", "outside_selection"];
+  const LEGACY_REASONS = [["still open", "open"], ["sealed after the checkpoint", "sealed_after_checkpoint"], ["outside the selection", "outside_selection"]];
+  const leftOutOf = (matter) => (Array.isArray(matter.left_out) ? matter.left_out : []).filter((e) => e && typeof e === "object");
+  function reasonsOf(matter) {  // offline_verify._reasons: format 2 wrote its reasons as text
+    if (matter.format_version >= 3) return leftOutOf(matter);
+    return leftOutOf(matter).map((e) => ({ ...e, reason: (LEGACY_REASONS.find(([p]) => String(e.reason).startsWith(p)) ?? [null, e.reason])[1] }));
+  }
+  function selectionOfMatter(matter) {  // offline_verify._selection
+    let batch = matter.batch ?? null;
+    if (matter.format_version < 3) {
+      const named = leftOutOf(matter).map((e) => /not a line of batch (\S+)$/.exec(String(e.reason))).find((x) => x);
+      batch = named ? named[1] : null;
+    }
+    return { since: matter.since ?? null, until: matter.until ?? null, batch };
+  }
 
   // --- canonical JSON (records, manifest) and the bundle's JSON form (other members) ---------
 
@@ -220,9 +259,10 @@
   const checkpointClaim = (s) => `- the checkpoint states a tree of ${s.size} trails of log ${quoted(s.origin)}, `
     + `signed by ${s.signers.join(", ") || "nobody"}`;
   function selectionOf(matter) {
-    const { since, until } = matter;
+    const { since, until, batch } = matter;
     const days = since || until ? ` from ${since || "the first job"} to ${until || "the last"} (UTC, inclusive)` : "";
-    return `every trail of matter ${quoted(matter.matter)}${days}`;
+    const lines = batch !== undefined && batch !== null ? ` that were lines of batch ${quoted(batch)}` : "";
+    return `every trail of matter ${quoted(matter.matter)}${lines}${days}`;
   }
   function trailTexts(m, texts) {  // -> {"verification.txt": ..., "README.txt": ...}
     const f = trailFacts(m, ""), s = signedOf(m);
@@ -242,6 +282,8 @@
   const LEFT_OUT_REASONS = {  // descriptive._LEFT_OUT_REASONS
     1: "still open, or sealed after the checkpoint",
     2: "still open, sealed after the checkpoint, or submitted outside the selection",
+    3: "open, sealed after the checkpoint, sealed with no request, or outside the selection: "
+      + "with --log each is checked against the log",
   };
   function matterTexts(m, texts) {
     const matter = JSON.parse(text(m.get("matter.json"))), s = signedOf(m);
@@ -344,8 +386,16 @@
     if (hex(leafHash) !== proof.leaf_hash) leafCheck.fail("leaf_hash is not SHA-256(0x00 || ledger payload)");
     if (proof.leaf_index !== leaf.index) proofCheck.fail(`proof is for leaf ${proof.leaf_index}, the ledger leaf is entry ${leaf.index}`);
     const keys = Object.keys(sealed).sort().join(",");
-    if (keys !== "head,job,outcome,records,trail,v" && keys !== "head,job,matter_tag,outcome,records,sealed_at,trail,v") leafCheck.fail("ledger payload must hold exactly v, trail, job, records, head, outcome (and, sealed since the matter tags, matter_tag and sealed_at)");
+    if (keys !== "head,job,outcome,records,trail,v" && keys !== "head,job,matter_tag,outcome,records,sealed_at,trail,v"
+      && keys !== "batch_tag,head,job,matter_tag,outcome,records,sealed_at,submitted_at,trail,v") leafCheck.fail("ledger payload must hold exactly v, trail, job, records, head, outcome (and, sealed since the matter tags, matter_tag and sealed_at; since matter format 3, submitted_at and batch_tag too)");
     if ("sealed_at" in sealed && !UTC_TIME.test(String(sealed.sealed_at))) leafCheck.fail("ledger leaf's sealed_at is not a UTC time");
+    if ("submitted_at" in sealed) {
+      const tagged = sealed.matter_tag !== null;
+      const request = chain?.payloads.find((p) => p && p.kind === "request");
+      if ((sealed.submitted_at !== null) !== tagged || (sealed.batch_tag !== null) !== tagged) leafCheck.fail("a leaf carries submitted_at and batch_tag exactly when it carries a tag");
+      else if (tagged && !(UTC_TIME.test(String(sealed.submitted_at)) && HEX64.test(String(sealed.batch_tag)))) leafCheck.fail("ledger leaf's submitted_at is not a UTC time or its batch_tag not hex");
+      if (request && sealed.submitted_at !== request.submitted_at) leafCheck.fail("ledger leaf's submitted_at is not the request record's");
+    }
     if ("matter_tag" in sealed) {
       const request = chain?.payloads.find((p) => p && p.kind === "request");
       if (!request !== (sealed.matter_tag === null)) leafCheck.fail("a leaf carries a matter tag exactly when its trail recorded a request");
@@ -398,30 +448,53 @@
     }
     return leaves;
   }
-  async function checkCompleteness(matter, note, logUrl, check) {
+  async function checkCompleteness(matter, listedLeaves, note, logUrl, check) {  // offline_verify._check_completeness
     const leaves = await logLeaves(logUrl, note.size, check);
     if (!leaves) return;
     const hashes = [];
     for (const leaf of leaves) hashes.push(await sha256(NUL, leaf));
     if (!equal(await treeHash(hashes), note.root)) { check.fail(`the log's first ${note.size} leaves do not make the checkpoint's root`); return; }
+    const parsed = leaves.map((leaf) => { try { return JSON.parse(text(leaf)); } catch { return null; } });
+    if (matter.matter_key === undefined) {
+      const tagged = parsed.findIndex((l) => l && typeof l === "object" && "matter_tag" in l);
+      if (tagged >= 0) check.fail(`the log's leaf ${tagged} carries a matter tag, so a matter bundle under this checkpoint discloses its matter's key (matter format 2 or later); this one says format 1, whose completeness nothing can check`);
+      else check.detail = "not checked: no leaf of the log carries a matter tag (matter format 1)";
+      return;
+    }
     const listed = new Set(matter.trails.map((t) => t?.trail_id));
-    const leftOut = new Set((Array.isArray(matter.left_out) ? matter.left_out : []).map((e) => e?.trail_id));
-    let taggedFrom = null, ours = 0;
-    for (let i = 0; i < leaves.length; i++) {
-      let sealed;
-      try { sealed = JSON.parse(text(leaves[i])); } catch { continue; }
-      if (!sealed || typeof sealed !== "object" || typeof sealed.trail !== "string" || !("matter_tag" in sealed)) continue;
+    const leftOut = reasonsOf(matter);
+    const asked = new Map(leftOut.map((e) => [e.trail_id, null]));
+    const ours = [];
+    let taggedFrom = null;
+    for (let i = 0; i < parsed.length; i++) {
+      const sealed = parsed[i];
+      if (!sealed || typeof sealed !== "object" || typeof sealed.trail !== "string") continue;
+      if (asked.has(sealed.trail)) asked.set(sealed.trail, { index: i, sealed });
+      if (!("matter_tag" in sealed)) continue;
       if (taggedFrom === null) taggedFrom = i;
-      if (typeof sealed.matter_tag !== "string") continue;
-      if (sealed.matter_tag === await matterTag(matter.matter_key, sealed.trail)) {
-        ours++;
-        if (!listed.has(sealed.trail) && !leftOut.has(sealed.trail)) check.fail(`leaf ${i} seals trail ${sealed.trail} (job ${sealed.job}) of this matter, neither in the bundle nor listed as left out`);
-      } else if (leftOut.has(sealed.trail)) {
-        check.fail(`trail ${sealed.trail} is listed as left out, but leaf ${i} seals it as no trail of this matter`);
+      if (typeof sealed.matter_tag === "string" && sealed.matter_tag === await matterTag(matter.matter_key, sealed.trail)) {
+        ours.push({ index: i, sealed });
+        if (!listed.has(sealed.trail) && !asked.has(sealed.trail)) check.fail(`leaf ${i} seals trail ${sealed.trail} (job ${sealed.job}) of this matter, neither in the bundle nor listed as left out`);
       }
     }
+    if (matter.format_version < 3 && ours.some(({ sealed }) => "submitted_at" in sealed)) check.fail(`a leaf of the matter carries submitted_at, so a bundle of it is matter format 3, whose left_out reasons are checked; this one says format ${matter.format_version}`);
+    const lines = [...listedLeaves.values()].map((l) => l.submitted_at).filter((t) => typeof t === "string").sort();
+    const sel = selectionOfMatter(matter);
+    for (const entry of leftOut) {  // matter_leaves.reason_failures
+      const at = asked.get(entry.trail_id), name = `trail ${entry.trail_id} is left out as '${entry.reason}'`;
+      const foreign = at && typeof at.sealed.matter_tag === "string" && at.sealed.matter_tag !== await matterTag(matter.matter_key, entry.trail_id);
+      if (at && String(at.sealed.job) !== entry.job_id) check.fail(`${name} of job ${entry.job_id}, but leaf ${at.index} seals job ${at.sealed.job}`);
+      else if (entry.reason === "open" || entry.reason === "sealed_after_checkpoint") { if (at) check.fail(`${name}, but leaf ${at.index}, under the checkpoint, seals it`); }
+      else if (!at) check.fail(`${name}, but no leaf under the checkpoint seals it`);
+      else if (foreign) check.fail(`${name}, but leaf ${at.index} seals it as no trail of this matter`);
+      else if (entry.reason === "no_request") { if (("matter_tag" in at.sealed ? at.sealed.matter_tag : "") !== null) check.fail(`${name}, but leaf ${at.index} does not carry the null matter tag of a trail that recorded no request`); }
+      else if (entry.reason === "outside_selection") {
+        const holds = await selectionHolds(sel, at.sealed, matter.matter_key, null, lines[0] ?? null);
+        if (holds !== false) check.fail(`${name}, but leaf ${at.index} ${holds ? "shows it in the selection" : "does not show it outside it"}`);
+      } else check.fail(`${name}, which is no reason a verifier can check`);
+    }
     if (taggedFrom === null) check.fail(`none of the log's ${leaves.length} leaves carries a matter tag`);
-    if (check.ok) check.detail = `the log's ${leaves.length} leaves (read from ${logUrl}) make the checkpoint's root; from leaf ${taggedFrom} on, where the tags begin, the matter's ${ours} leaves are every one in the bundle or left out`;
+    if (check.ok) check.detail = `the log's ${leaves.length} leaves (read from ${logUrl}) make the checkpoint's root; from leaf ${taggedFrom} on, where the tags begin, the matter's ${ours.length} leaves are every one in the bundle or left out, and the ${leftOut.length} left out are so for the reason the log's leaves give`;
   }
 
   async function inclusionOk(index, size, leafHash, path, root) {  // RFC 9162 §2.1.3.2
@@ -766,6 +839,15 @@
     if (entry.abandoned !== (entry.outcome === "abandoned")) listing.fail("abandoned must be true exactly when the outcome is");
     if (!request) listing.fail("it has no request record, so nothing binds it to the matter");
     else if (request.matter !== matter.matter || request.attempt !== entry.attempt) listing.fail(`its request record is of matter '${request.matter}', attempt ${request.attempt}`);
+    if (!sealed || typeof sealed !== "object") return;
+    // offline_verify._check_format_floor: no format older than the leaves it holds
+    if ("submitted_at" in sealed && matter.format_version < 3) listing.fail(`its ledger leaf carries submitted_at, so a bundle of it is matter format 3, whose selection and left_out reasons are checked; this one says format ${matter.format_version}`);
+    else if ("matter_tag" in sealed && matter.format_version < 2) listing.fail("its ledger leaf carries a matter tag, so a bundle of it discloses the matter's key (matter format 2 or later); this one says format 1");
+    if (matter.format_version >= 2 && HEX64.test(String(matter.matter_key)) && request) {
+      const sel = { since: matter.since ?? null, until: matter.until ?? null, batch: matter.batch ?? null };
+      const holds = await selectionHolds(sel, sealed, matter.matter_key, request.submitted_at ?? null);
+      if (holds !== true) listing.fail(holds === null ? `nothing signed shows it is of the selection, ${selectionOf(matter)}` : `it is not of the selection, ${selectionOf(matter)}`);
+    }
   }
 
   // Attempt n > 1 names attempt n - 1 of its job (previous_trail), which must be in the bundle
@@ -831,13 +913,20 @@
     let note = null;
     const noteCheck = add("checkpoint signature");
     try { note = parseNote(text(m.get("checkpoint.txt"))); } catch (e) { noteCheck.fail(`checkpoint.txt: ${e.message}`); }
+    const listedLeaves = new Map();  // each listed trail's ledger leaf, for completeness
     if (isMatter) {
       if (!listed.length) matterCheck.fail("trails must be a non-empty list: a matter bundle proves at least one trail");
       const matterKeys = Object.keys(matter ?? {}).sort().join(",");
-      const v1Keys = "format_version,left_out,matter,since,trails,tree_size,until";
-      if (matter?.format_version === 1 ? matterKeys !== v1Keys
-        : matter?.format_version !== 2 || matterKeys !== "format_version,left_out,matter,matter_key,since,trails,tree_size,until"
-          || !HEX64.test(String(matter.matter_key))) matterCheck.fail("matter.json is not of matter format 1 or 2 (format 2 discloses a 64-hex-digit matter_key)");
+      const matterKeysOf = { 1: "format_version,left_out,matter,since,trails,tree_size,until",
+        2: "format_version,left_out,matter,matter_key,since,trails,tree_size,until",
+        3: "batch,format_version,left_out,matter,matter_key,since,trails,tree_size,until" };
+      if (matterKeys !== matterKeysOf[matter?.format_version] || (matter.format_version > 1 && !HEX64.test(String(matter.matter_key))))
+        matterCheck.fail("matter.json is not of matter format 1, 2 or 3 (2 and 3 disclose a 64-hex-digit matter_key, 3 a batch)");
+      if (matter && ![matter.since, matter.until].every((d) => d === null || (typeof d === "string" && /^\d{4}-\d{2}-\d{2}$/.test(d)))) matterCheck.fail("since and until must each be a UTC day (YYYY-MM-DD) or null");
+      if (matter && matter.format_version >= 3 && !(matter.batch === null || typeof matter.batch === "string")) matterCheck.fail("batch must be a batch id or null");
+      if (matter?.format_version >= 3) {
+        for (const e of leftOutOf(matter)) if (!LEFT_OUT_CODES.includes(e.reason)) matterCheck.fail(`trail ${e.trail_id} is left out for '${e.reason}', no reason a verifier can check (one of ${LEFT_OUT_CODES.join(", ")})`);
+      }
       const requests = [];
       for (const entry of listed) {
         const own = new Map(TRAIL_MEMBERS.map((n) => [n, m.get(`trails/${entry.trail_id}/${n}`)]).filter(([, v]) => v));
@@ -845,6 +934,7 @@
         const { chain, sealed } = await checkTrail(own, note, label, checks);
         const listing = add(label + "listing");
         await guarded(listing, () => checkListing(entry, matter, chain, sealed, listing));
+        if (sealed && typeof sealed === "object") listedLeaves.set(entry.trail_id, sealed);
         requests.push(chain?.payloads.find((p) => p && p.kind === "request") ?? null);
       }
       if (listed.length) {
@@ -881,10 +971,10 @@
     // checkpoint is of it (the page reads the log's tiles as an examiner would); a bundle of
     // another log is left to offline_verify --log.
     let completenessLeft = false;
-    if (isMatter && matter?.matter_key !== undefined) {
+    if (isMatter && matter) {
       if (note && noteCheck.ok && pins.log && note.origin === pins.log.origin) {
         const complete = add("completeness");
-        await guarded(complete, () => checkCompleteness(matter, note, pins.log.url, complete));
+        await guarded(complete, () => checkCompleteness(matter, listedLeaves, note, pins.log.url, complete));
       } else completenessLeft = true;
     }
     const descriptiveCheck = add("descriptive files");
