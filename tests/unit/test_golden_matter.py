@@ -77,7 +77,9 @@ def test_a_bundle_downgraded_below_its_leaves_format_fails_with_and_without_the_
     failures = verify_bundle(forged, **pins)
     assert failures and all("carries a matter tag" in f for f in failures), failures
     failures = verify_bundle(forged, **pins, log=str(DATA / "sample-log"))
-    assert any(f.startswith("completeness: the log's leaf 0 carries a matter tag") for f in failures)
+    assert any(
+        f.startswith("completeness: the log's leaf 0 carries a matter tag") for f in failures
+    )
 
 
 def test_a_false_reason_for_leaving_a_trail_out_is_refuted_by_the_log():
