@@ -159,7 +159,8 @@ def verify_everything(*, progress: Callable[[], None] | None = None, full: bool 
 # A trail row as every check reads it (attribute names as the model's), without a model instance.
 _TrailRow = namedtuple(
     "_TrailRow",
-    "id job_id attempt previous_id status outcome record_count head_hash format_version salt batch_id",
+    "id job_id attempt previous_id status outcome record_count head_hash format_version salt "
+    "batch_id",
 )
 
 

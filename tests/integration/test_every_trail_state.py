@@ -29,7 +29,6 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from audit.evidence import descriptive
 from audit.evidence.bundle_format import MATTER, json_member
 from audit.evidence.checkpoints import parse_unverified
 from audit.evidence.offline_verify import verify_bundle

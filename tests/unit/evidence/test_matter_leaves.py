@@ -198,7 +198,10 @@ def test_a_leaf_sealed_before_the_selection_fields_is_outside_only_what_it_preda
         assert selection.holds(old, KEY, first_line_at="2026-12-05T00:00:00.000000Z") is None
 
 
-def reasons(left_out, selection=matter_leaves.Selection(), first_line_at=None):
+WHOLE = matter_leaves.Selection()
+
+
+def reasons(left_out, selection=WHOLE, first_line_at=None):
     leaves = [
         json.dumps(selection_leaf(10, "2026-12-01", "batch_a")),
         json.dumps(selection_leaf(11, "2026-12-03", None)),
