@@ -20,8 +20,11 @@ from audit.evidence import chain
 # 3: a one-trail bundle carries report.pdf; 2 (without it) still verifies.
 # 4: README.txt, verification.txt and report.pdf are made from the other members
 # (audit.evidence.descriptive) and verifiers require them byte for byte; 2 and 3 did not prove them.
-BUNDLE_FORMAT_VERSION = 4
+# 5: the texts name as the checkpoint's signer only the key in verifier-key.txt, which a verifier
+# checks; other signature lines are named as verified only by a pinned --witness-key.
+BUNDLE_FORMAT_VERSION = 5
 PROVEN_DESCRIPTIVE_SINCE = 4
+NAMED_SIGNERS_SINCE = 5
 RECORDS = "records.jsonl"
 CHAIN = "chain.json"
 LEDGER_LEAF = "ledger-leaf.json"

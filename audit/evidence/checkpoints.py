@@ -176,6 +176,19 @@ def parse_verifier_key(verifier_key_str: str, *, alg: int = ALG_ED25519) -> Veri
     return VerifierKey(name=name, key_id=kid, public_key=public)
 
 
+def line_of_key(words: list[str], verifier_key_str: str) -> bool:
+    """Whether a note's signature line (its words after "— ": name, base64 signature) names the
+    key `verifier_key_str` by its name and key id (whether it verifies is the signature check's);
+    False for an unreadable line."""
+    key = verifier_key_str.split("+", 2)
+    if len(words) != 2 or len(key) != 3 or words[0] != key[0]:
+        return False
+    try:
+        return base64.b64decode(words[1], validate=True)[:4].hex() == key[1]
+    except (ValueError, binascii.Error):
+        return False
+
+
 def _check_origin(origin: object) -> str:
     if not isinstance(origin, str) or not origin:
         raise CheckpointError("checkpoint origin is empty")

@@ -1,11 +1,12 @@
 """A bundle's README.txt, verification.txt and report.pdf, made from its other members alone.
 
-Bundle format 4: the writer (audit.evidence.bundle) makes these three members with these functions
-from
-the members it has just laid out, and both verifiers make them again from the bundle they were
-given and require the same bytes. So nothing in them can say what the records, the ledger leaf,
-the checkpoint, matter.json and the disclosed texts do not: a rewritten certification, a seal
-time, a verification or a report that disagrees with the evidence fails verification.
+Bundle format 4 and later: the writer (audit.evidence.bundle) makes these three members with
+these functions from the members it has just laid out, and both verifiers make them again from
+the bundle they were given and require the same bytes. So nothing in them can say what the
+records, the ledger leaf, the checkpoint, matter.json and the disclosed texts do not: a
+rewritten certification, a seal time, a verification or a report that disagrees with the
+evidence fails verification. Format 5 names as the checkpoint's signer only the key in
+verifier-key.txt (the one signature a verifier checks without witness keys).
 
 Pure Python (no Django), like the verifier; ReportLab only for the PDF, imported when it is made.
 docs/audit-format.md gives the texts' grammar.
@@ -22,16 +23,19 @@ from pathlib import Path
 from audit.evidence import binding, checkpoints
 from audit.evidence.bundle_format import (
     ANSWER,
+    BUNDLE_FORMAT_VERSION,
     CHAIN,
     CHECKPOINT,
     DISCLOSURES,
     LEDGER_LEAF,
     MATTER,
+    NAMED_SIGNERS_SINCE,
     PROMPT,
     README,
     RECORDS,
     REPORT,
     VERIFICATION,
+    VERIFIER_KEY,
     trail_member,
 )
 from audit.evidence.trail_facts import Texts, TrailFacts
@@ -72,12 +76,31 @@ class Unreadable(ValueError):
 
 @dataclass(frozen=True)
 class Signed:
-    """What checkpoint.txt states: the log, its tree and every signer's name."""
+    """What checkpoint.txt states: the log, its tree and every signature line's name; and which
+    of those lines is by the key in verifier-key.txt (the one signature a verifier checks)."""
 
     note: str
     origin: str
     tree_size: int
     signers: tuple[str, ...]
+    bundled: tuple[str, ...]  # the lines (names) by the key in verifier-key.txt
+    others: tuple[str, ...]  # every other line's name: a witness's, checked only when pinned
+
+    def signed_by(self, bundle_format: int) -> str:
+        """Who signed the checkpoint, as the texts of that bundle format say it."""
+        if bundle_format < NAMED_SIGNERS_SINCE:  # every line's name, checked or not
+            return ", ".join(self.signers)
+        said = (
+            f"the key in verifier-key.txt ({', '.join(self.bundled)})"
+            if self.bundled
+            else "no line of the key in verifier-key.txt"
+        )
+        if self.others:
+            said += (
+                f"; it also carries signature lines named {', '.join(self.others)}, which no "
+                "check here verifies (each is a witness's only where --witness-key pins its key)"
+            )
+        return said
 
 
 def signed_of(members: dict[str, bytes]) -> Signed:
@@ -86,10 +109,13 @@ def signed_of(members: dict[str, bytes]) -> Signed:
         checkpoint = checkpoints.parse_unverified(note)
     except checkpoints.CheckpointError as exc:
         raise Unreadable(f"checkpoint.txt: {exc}") from exc
-    signers = tuple(
-        line[2:].split(" ", 1)[0] for line in note.split("\n") if line.startswith("\u2014 ")
-    )
-    return Signed(note, checkpoint.origin, checkpoint.size, signers)
+    lines = [line[2:].split(" ") for line in note.split("\n") if line.startswith("\u2014 ")]
+    signers = tuple(words[0] for words in lines)
+    key = members.get(VERIFIER_KEY, b"").decode("utf-8", "replace").strip()
+    by_key = [checkpoints.line_of_key(words, key) for words in lines]
+    bundled = tuple(name for name, mine in zip(signers, by_key, strict=True) if mine)
+    others = tuple(name for name, mine in zip(signers, by_key, strict=True) if not mine)
+    return Signed(note, checkpoint.origin, checkpoint.size, signers, bundled, others)
 
 
 def trail_facts(members: dict[str, bytes], prefix: str = "") -> TrailFacts:
@@ -117,20 +143,23 @@ def trail_facts(members: dict[str, bytes], prefix: str = "") -> TrailFacts:
     return TrailFacts.of(listed, payloads, texts, chain_doc["head_hash"])
 
 
-def trail_verification(facts: TrailFacts, signed: Signed) -> str:
+def trail_verification(facts: TrailFacts, signed: Signed, bundle_format: int) -> str:
     """verification.txt of a one-trail bundle: what the bundle claims, each claim one that
     python -m audit.offline_verify checks."""
-    return "\n".join([*_CLAIMS_HEAD, _trail_claim(facts), _checkpoint_claim(signed)]) + "\n"
+    claims = [*_CLAIMS_HEAD, _trail_claim(facts), _checkpoint_claim(signed, bundle_format)]
+    return "\n".join(claims) + "\n"
 
 
-def matter_verification(matter: dict, trails: list[TrailFacts], signed: Signed) -> str:
+def matter_verification(
+    matter: dict, trails: list[TrailFacts], signed: Signed, bundle_format: int
+) -> str:
     """verification.txt of a matter bundle: the same claims for every trail it holds."""
     lines = [
         *_CLAIMS_HEAD,
         f"- {len(trails)} trail(s) of matter {quoted(matter['matter'])}, each with a request "
         "record naming that matter",
         *(_trail_claim(facts) for facts in trails),
-        _checkpoint_claim(signed),
+        _checkpoint_claim(signed, bundle_format),
         f"- {len(matter['left_out'])} trail(s) left out, listed in matter.json with the reason",
     ]
     return "\n".join(lines) + "\n"
@@ -142,8 +171,8 @@ _CLAIMS_HEAD = (
 )
 
 
-def _checkpoint_claim(signed: Signed) -> str:
-    signers = ", ".join(signed.signers) or "nobody"
+def _checkpoint_claim(signed: Signed, bundle_format: int) -> str:
+    signers = signed.signed_by(bundle_format) or "nobody"
     return (
         f"- the checkpoint states a tree of {signed.tree_size} trails of log "
         f"{quoted(signed.origin)}, signed by {signers}"
@@ -172,16 +201,22 @@ def selection_of(matter: dict) -> str:
     return f"every trail of matter {quoted(matter['matter'])}{lines}{days}"
 
 
-def trail_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
-    """report.pdf, verification.txt and README.txt of a one-trail bundle with these members."""
+def trail_descriptive(
+    members: dict[str, bytes], bundle_format: int = BUNDLE_FORMAT_VERSION, *, pdf: bool = True
+) -> dict[str, bytes]:
+    """report.pdf, verification.txt and README.txt of a one-trail bundle of that format with
+    these members (`pdf` False: the two texts only, which need no ReportLab)."""
     with _readable():
-        return _trail_descriptive(members)
+        return _trail_descriptive(members, bundle_format, pdf)
 
 
-def matter_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
-    """report.pdf, verification.txt and README.txt of a matter bundle with these members."""
+def matter_descriptive(
+    members: dict[str, bytes], bundle_format: int = BUNDLE_FORMAT_VERSION, *, pdf: bool = True
+) -> dict[str, bytes]:
+    """report.pdf, verification.txt and README.txt of a matter bundle of that format with these
+    members (`pdf` False: the two texts only)."""
     with _readable():
-        return _matter_descriptive(members)
+        return _matter_descriptive(members, bundle_format, pdf)
 
 
 @contextlib.contextmanager
@@ -195,9 +230,9 @@ def _readable():
         raise Unreadable(f"the members cannot be read ({type(exc).__name__}: {exc})") from exc
 
 
-def _trail_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
+def _trail_descriptive(members: dict[str, bytes], bundle_format: int, pdf: bool) -> dict:
     facts, signed = trail_facts(members), signed_of(members)
-    verification = trail_verification(facts, signed)
+    verification = trail_verification(facts, signed, bundle_format)
     disclosures = _json(members, DISCLOSURES)
     withheld = sorted(n for n, d in disclosures.items() if d == {"withheld": True})
     readme = fill(
@@ -216,12 +251,19 @@ def _trail_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
             reportlab=REPORTLAB_VERSION,
         ),
     )
+    texts = {VERIFICATION: verification.encode(), README: readme.encode()}
+    if not pdf:
+        return texts
     from audit.evidence import report  # ReportLab: only once the texts could be made
 
-    pdf = report.trail_report(
-        facts=facts, verification=verification, checkpoint_note=signed.note, origin=signed.origin
+    made = report.trail_report(
+        facts=facts,
+        verification=verification,
+        checkpoint_note=signed.note,
+        signed_by=signed.signed_by(bundle_format),
+        origin=signed.origin,
     )
-    return {REPORT: pdf, VERIFICATION: verification.encode(), README: readme.encode()}
+    return {REPORT: made, **texts}
 
 
 # Why a matter bundle leaves a trail out, as its README sums them up, by matter format (2 lists
@@ -234,13 +276,13 @@ _LEFT_OUT_REASONS = {
 }
 
 
-def _matter_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
+def _matter_descriptive(members: dict[str, bytes], bundle_format: int, pdf: bool) -> dict:
     matter, signed = _json(members, MATTER), signed_of(members)
     ids = [entry["trail_id"] for entry in matter["trails"]]
     selection = selection_of(matter)
     left_out = len(matter["left_out"])
     trails = [trail_facts(members, trail_member(t, "")) for t in ids]
-    verification = matter_verification(matter, trails, signed)
+    verification = matter_verification(matter, trails, signed, bundle_format)
     readme = fill(
         TEXTS["matter_readme"],
         dict(
@@ -260,17 +302,21 @@ def _matter_descriptive(members: dict[str, bytes]) -> dict[str, bytes]:
             reportlab=REPORTLAB_VERSION,
         ),
     )
+    texts = {VERIFICATION: verification.encode(), README: readme.encode()}
+    if not pdf:
+        return texts
     from audit.evidence import report
 
-    pdf = report.matter_report(
+    made = report.matter_report(
         matter=matter,
         selection=selection,
         trails=trails,
         verification=verification,
         checkpoint_note=signed.note,
+        signed_by=signed.signed_by(bundle_format),
         origin=signed.origin,
     )
-    return {REPORT: pdf, VERIFICATION: verification.encode(), README: readme.encode()}
+    return {REPORT: made, **texts}
 
 
 def _text(members: dict[str, bytes], name: str) -> str:

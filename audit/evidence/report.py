@@ -161,11 +161,6 @@ def _certification(*, origin: str, scope: str, count: int, checkpoint_note: str)
     ]
 
 
-def _cosigners(note: str) -> list[str]:
-    """The names of every signature line of the note: the log's, then each witness's."""
-    return [line[2:].split(" ", 1)[0] for line in note.split("\n") if line.startswith("\u2014 ")]
-
-
 def _pdf(flow: list, title: str) -> bytes:
     out = io.BytesIO()
     # invariant=1: a fixed creation date and document id, so equal input gives equal bytes.
@@ -195,6 +190,7 @@ def matter_report(
     trails: list[TrailFacts],
     verification: str,
     checkpoint_note: str,
+    signed_by: str,
     origin: str,
 ) -> bytes:
     """The report of a matter bundle: a summary, the verification, the checkpoint and its
@@ -218,7 +214,7 @@ def matter_report(
             [
                 Paragraph("Checkpoint (signed note) and its signers", H2),
                 Paragraph(_shown(checkpoint_note), HASH),
-                Paragraph(_shown("Signed by: " + ", ".join(_cosigners(checkpoint_note))), BODY),
+                Paragraph(_shown("Signed by: " + signed_by), BODY),
             ]
         ),
     ]
@@ -232,7 +228,7 @@ def matter_report(
 
 
 def trail_report(
-    *, facts: TrailFacts, verification: str, checkpoint_note: str, origin: str
+    *, facts: TrailFacts, verification: str, checkpoint_note: str, signed_by: str, origin: str
 ) -> bytes:
     """The report of a one-trail bundle: the trail, the verification, the checkpoint and its
     signers, then the certification template."""
@@ -243,7 +239,7 @@ def trail_report(
         Paragraph(_shown(verification), TEXT),
         Paragraph("Checkpoint (signed note) and its signers", H2),
         Paragraph(_shown(checkpoint_note), HASH),
-        Paragraph(_shown("Signed by: " + ", ".join(_cosigners(checkpoint_note))), BODY),
+        Paragraph(_shown("Signed by: " + signed_by), BODY),
         PageBreak(),
         *_certification(
             origin=origin,

@@ -13,6 +13,7 @@ import io
 import json
 import subprocess
 import sys
+import zipfile
 
 import pytest
 import requests
@@ -276,6 +277,40 @@ def test_timestamps_come_from_the_authority_and_bundles_carry_them(
     )
     # ...unless the examiner's quorum is one.
     assert offline_verify(bundle, *both, "--witness-quorum", "1").returncode == 0
+
+
+def test_without_the_authoritys_root_a_timestamp_is_unverified_and_another_documents_fails(
+    run_job, beat, tsa, settings, tmp_path
+):
+    """The examiner's probe: a genuine RFC 3161 response over another document, put in a bundle
+    in place of checkpoint.tsr, passed without --tsa-cert. Its imprint is always checked."""
+    from audit.evidence import timestamps
+    from audit.evidence.bundle_format import deterministic_zip, manifest_member
+
+    settings.PATHFINDER_TSA_URL = tsa.url
+    job = run_job()
+    beat()
+    bundle = tmp_path / "bundle.zip"
+    call_command("export_trail", "--job", str(job.id), "--out", str(bundle), stdout=io.StringIO())
+    pins = ["--key", signing_key().verifier]
+    checked = offline_verify(bundle, *pins)
+    assert checked.returncode == 0, checked.stdout
+    assert "SKIP  timestamp: UNVERIFIED: checkpoint.tsr is a granted RFC 3161 response over " \
+        "checkpoint.txt" in checked.stdout  # fmt: skip
+
+    foreign = timestamps.timestamp(tsa.url, b"another document", timeout=30)
+    with zipfile.ZipFile(bundle) as archive:
+        members = {i.filename: archive.read(i) for i in archive.infolist()}
+    members["checkpoint.tsr"] = foreign
+    body = [(n, d) for n, d in members.items() if n != "manifest.json"]
+    forged = tmp_path / "forged.zip"
+    forged.write_bytes(deterministic_zip([*body, ("manifest.json", manifest_member(body))]))
+    refused = offline_verify(forged, *pins)
+    assert refused.returncode == 1
+    assert "checkpoint.tsr timestamps another document" in refused.stdout
+    roots = tmp_path / "tsa-root.pem"
+    roots.write_bytes(tsa.authority.root_pem)
+    assert offline_verify(forged, *pins, "--tsa-cert", str(roots)).returncode == 1
 
 
 def test_a_bundle_signed_by_another_key_fails_under_the_pinned_key(run_job, beat, tmp_path):

@@ -175,3 +175,45 @@ def test_a_trail_in_the_bundle_cannot_also_be_declared_left_out():
         f"matter.json: trail {trail['trail_id']} is in the bundle and also listed as left out"
         in failures
     )
+
+
+def test_a_fabricated_witness_line_is_never_named_a_signer():
+    """The examiner's probe: a signature line "— witness.uscourts.example …" added to the
+    checkpoint, the descriptive members made again. The note format ignores a line no pinned key
+    names, so the bundle verifies; but what it says names that line as unverified, and a pinned
+    key of that witness finds no cosignature."""
+    import base64
+
+    from audit.evidence import checkpoints, descriptive
+
+    forged_line = "\u2014 witness.uscourts.example " + base64.b64encode(bytes(68)).decode()
+
+    def add_line(members):
+        members["checkpoint.txt"] = members["checkpoint.txt"] + forged_line.encode() + b"\n"
+        members.update(descriptive.matter_descriptive(members))
+
+    forged = rezipped(SAMPLE, add_line)
+    assert verify_bundle(forged, keys=[KEYS["log_verifier"]]) == []
+    with zipfile.ZipFile(io.BytesIO(forged)) as archive:
+        claims = archive.read("verification.txt").decode()
+    signed = next(line for line in claims.split("\n") if "the checkpoint states" in line)
+    assert "signed by the key in verifier-key.txt (pathfinder.example/audit-log);" in signed
+    assert (
+        "signature lines named witness.example/golden, witness.uscourts.example, which no "
+        "check here verifies"
+    ) in signed
+    _, court = checkpoints.generate_signing_key(
+        "witness.uscourts.example", alg=checkpoints.ALG_COSIGNATURE
+    )
+    failures = verify_bundle(forged, keys=[KEYS["log_verifier"]], witness_keys=[court])
+    assert failures and all(f.startswith("witness cosignatures:") for f in failures), failures
+
+
+def test_bundles_of_format_4_still_verify_with_the_texts_of_their_format():
+    """Format 4 named every signature line a signer; a bundle made then is held to that text."""
+    for name in ("sample-bundle-format4.zip", "sample-matter-format4.zip"):
+        old = (DATA / "legacy" / name).read_bytes()
+        assert verify_bundle(old, keys=[KEYS["log_verifier"]]) == [], name
+    with zipfile.ZipFile(io.BytesIO(old)) as archive:
+        claims = archive.read("verification.txt").decode()
+    assert "signed by pathfinder.example/audit-log, witness.example/golden\n" in claims

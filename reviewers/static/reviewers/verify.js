@@ -250,23 +250,37 @@
   function signedOf(m) {
     const note = text(m.get("checkpoint.txt"));
     const { origin, size } = parseNote(note);
-    const signers = note.split("\n").filter((l) => l.startsWith("\u2014 ")).map((l) => l.slice(2).split(" ")[0]);
-    return { origin, size, signers };
+    const lines = note.split("\n").filter((l) => l.startsWith("\u2014 ")).map((l) => l.slice(2).split(" "));
+    const signers = lines.map((words) => words[0]);
+    // checkpoints.line_of_key: the lines that name the key in verifier-key.txt (name and key id)
+    const key = text(m.get("verifier-key.txt") ?? new Uint8Array()).trim().split("+");
+    const mine = lines.map((words) => {
+      if (words.length !== 2 || key.length < 3 || words[0] !== key[0]) return false;
+      try { return hex(unbase64(words[1]).subarray(0, 4)) === key[1]; } catch { return false; }
+    });
+    return { origin, size, signers, bundled: signers.filter((_, i) => mine[i]),
+      others: signers.filter((_, i) => !mine[i]) };
+  }
+  function signersText(s, format) {  // descriptive.Signed.signed_by
+    if (format < 5) return s.signers.join(", ");
+    let said = s.bundled.length ? `the key in verifier-key.txt (${s.bundled.join(", ")})` : "no line of the key in verifier-key.txt";
+    if (s.others.length) said += `; it also carries signature lines named ${s.others.join(", ")}, which no check here verifies (each is a witness's only where --witness-key pins its key)`;
+    return said;
   }
   const trailClaim = (f) => `- trail ${f.trailId} (job ${f.jobId}, ${f.attempt === null ? "no attempt recorded" : "attempt " + f.attempt}): `
     + `${f.count} records chained from its genesis to head ${f.head}; ledger entry ${f.leafIndex} seals that count `
     + `and head with outcome "${f.outcome}" and is in the checkpoint's tree`;
-  const checkpointClaim = (s) => `- the checkpoint states a tree of ${s.size} trails of log ${quoted(s.origin)}, `
-    + `signed by ${s.signers.join(", ") || "nobody"}`;
+  const checkpointClaim = (s, format) => `- the checkpoint states a tree of ${s.size} trails of log ${quoted(s.origin)}, `
+    + `signed by ${signersText(s, format) || "nobody"}`;
   function selectionOf(matter) {
     const { since, until, batch } = matter;
     const days = since || until ? ` from ${since || "the first job"} to ${until || "the last"} (UTC, inclusive)` : "";
     const lines = batch !== undefined && batch !== null ? ` that were lines of batch ${quoted(batch)}` : "";
     return `every trail of matter ${quoted(matter.matter)}${lines}${days}`;
   }
-  function trailTexts(m, texts) {  // -> {"verification.txt": ..., "README.txt": ...}
+  function trailTexts(m, texts, format) {  // -> {"verification.txt": ..., "README.txt": ...}
     const f = trailFacts(m, ""), s = signedOf(m);
-    const verification = [...CLAIMS_HEAD, trailClaim(f), checkpointClaim(s)].join("\n") + "\n";
+    const verification = [...CLAIMS_HEAD, trailClaim(f), checkpointClaim(s, format)].join("\n") + "\n";
     const disclosures = JSON.parse(text(m.get("disclosures.json")));
     const withheld = Object.keys(disclosures).filter((n) => {
       const e = disclosures[n];
@@ -285,13 +299,13 @@
     3: "open, sealed after the checkpoint, sealed with no request, or outside the selection: "
       + "with --log each is checked against the log",
   };
-  function matterTexts(m, texts) {
+  function matterTexts(m, texts, format) {
     const matter = JSON.parse(text(m.get("matter.json"))), s = signedOf(m);
     const trails = matter.trails.map((t) => trailFacts(m, `trails/${t.trail_id}/`));
     const leftOut = matter.left_out.length;
     const verification = [...CLAIMS_HEAD,
       `- ${trails.length} trail(s) of matter ${quoted(matter.matter)}, each with a request record naming that matter`,
-      ...trails.map(trailClaim), checkpointClaim(s),
+      ...trails.map(trailClaim), checkpointClaim(s, format),
       `- ${leftOut} trail(s) left out, listed in matter.json with the reason`].join("\n") + "\n";
     const readme = fill(texts.matter_readme, { matter: quoted(matter.matter),
       selection: selectionOf(matter), trails: trails.length, origin: s.origin, tree_size: s.size,
@@ -307,13 +321,13 @@
     const three = "README.txt, verification.txt or report.pdf";
     if (format === null) { check.fail("the bundle format is unknown (see the manifest check)"); return; }
     if (format < 4) {
-      check.fail(`bundle format ${format} does not let a verifier prove ${three}: ask for a new export (format 4)`);
+      check.fail(`bundle format ${format} does not let a verifier prove ${three}: ask for a new export (format 5)`);
       return;
     }
     if (others.some((c) => !c.ok)) { check.detail = "not made again: the evidence failed the checks above"; return; }
     if (!texts) { check.fail("this page carries no README templates (audit/evidence/bundle_texts.json)"); return; }
     let made;
-    try { made = isMatter ? matterTexts(m, texts) : trailTexts(m, texts); } catch (e) {
+    try { made = isMatter ? matterTexts(m, texts, format) : trailTexts(m, texts, format); } catch (e) {
       check.fail(`cannot make README.txt, verification.txt and report.pdf again: ${e.message}`);
       return;
     }
@@ -801,6 +815,45 @@
     } catch (e) { return `not DER (${e.message})`; }
     return null;
   }
+  // der.timestamp_imprint: the SHA-256 the TSTInfo stamps (its messageImprint); throws on a
+  // response that is no such timestamp.
+  const TST_INFO = unhex("2a864886f70d0109100104"), SHA256_OID = unhex("608648016503040201");
+  function timestampImprint(data) {
+    const failure = timestampFailure(data);
+    if (failure) throw new Error(failure);
+    const expect = (ok, why) => { if (!ok) throw new Error(why); };
+    const [, body] = tlv(data, 0);
+    const [, , afterStatus] = tlv(body, 0);
+    const [, token] = tlv(body, afterStatus);
+    const [, , afterType] = tlv(token, 0);
+    const [t0, explicit] = tlv(token, afterType);
+    expect(t0 === 0xa0, "the token holds no SignedData");
+    const [t1, signed] = tlv(explicit, 0);
+    expect(t1 === 0x30, "SignedData is not a SEQUENCE");
+    const [, , afterVersion] = tlv(signed, 0);
+    const [t2, , afterAlgorithms] = tlv(signed, afterVersion);
+    expect(t2 === 0x31, "SignedData has no digestAlgorithms");
+    const [t3, content] = tlv(signed, afterAlgorithms);
+    expect(t3 === 0x30, "SignedData has no encapContentInfo");
+    const [t4, oid, afterOid] = tlv(content, 0);
+    expect(t4 === 0x06 && equal(oid, TST_INFO), "the token's content is not a TSTInfo");
+    const [t5, wrapped] = tlv(content, afterOid);
+    expect(t5 === 0xa0, "the TSTInfo is missing");
+    const [t6, octets] = tlv(wrapped, 0);
+    expect(t6 === 0x04, "the TSTInfo is not an OCTET STRING");
+    const [t7, info] = tlv(octets, 0);
+    expect(t7 === 0x30, "the TSTInfo is not a SEQUENCE");
+    const [, , afterInfoVersion] = tlv(info, 0);
+    const [, , afterPolicy] = tlv(info, afterInfoVersion);
+    const [t8, imprint] = tlv(info, afterPolicy);
+    expect(t8 === 0x30, "the TSTInfo has no messageImprint");
+    const [t9, algorithm, afterAlgorithm] = tlv(imprint, 0);
+    const [algTag, algOid] = t9 === 0x30 ? tlv(algorithm, 0) : [0, new Uint8Array()];
+    expect(algTag === 0x06 && equal(algOid, SHA256_OID), "the messageImprint is not SHA-256");
+    const [t10, digest] = tlv(imprint, afterAlgorithm);
+    expect(t10 === 0x04 && digest.length === 32, "the messageImprint's digest is not 32 bytes");
+    return digest;
+  }
 
   // A crafted member (a null row, a salt that is not hex, text that is not UTF-8) must fail
   // the check it feeds, never stop the verifier: every step runs under this guard.
@@ -900,7 +953,7 @@
       const s = text(m.get("manifest.json"));
       if (!isCanonical(s)) manifestCheck.fail("manifest is not canonical JSON");
       const manifest = JSON.parse(s), files = manifest.files;
-      const allowed = names.includes("report.pdf") ? [3, 4] : [2];
+      const allowed = names.includes("report.pdf") ? [3, 4, 5] : [2];
       if (!allowed.includes(manifest.format_version)) manifestCheck.fail(`bundle format_version ${manifest.format_version}; these members are format ${allowed.join(" or ")}'s`);
       else format = manifest.format_version;
       const others = names.filter((n) => n !== "manifest.json");
@@ -949,11 +1002,12 @@
     } else {
       await checkTrail(m, note, "", checks);
     }
-    if (m.get("checkpoint.tsr")?.length) {  // no authority is pinned here: the shape only
+    if (m.get("checkpoint.tsr")?.length) {  // no authority is pinned here: the shape and imprint
       const stamp = add("timestamp");
-      const failure = timestampFailure(m.get("checkpoint.tsr"));
-      if (failure) stamp.fail(`checkpoint.tsr is not an RFC 3161 timestamp response: ${failure}`);
-      else stamp.detail = "checkpoint.tsr is a granted RFC 3161 response; its signature and time need the authority's certificate (offline_verify --tsa-cert)";
+      let imprint = null;
+      try { imprint = timestampImprint(m.get("checkpoint.tsr")); } catch (e) { stamp.fail(`checkpoint.tsr is not an RFC 3161 timestamp response: ${e.message}`); }
+      if (imprint && !equal(imprint, await sha256(m.get("checkpoint.txt") ?? new Uint8Array()))) stamp.fail("checkpoint.tsr timestamps another document: its imprint is not checkpoint.txt's");
+      else if (imprint) stamp.detail = "UNVERIFIED: checkpoint.tsr is a granted RFC 3161 response over checkpoint.txt (its imprint matches), but who signed it, and the time it states, are checked only with the authority's certificate (offline_verify --tsa-cert)";
     }
     const evidence = [...checks];  // before the pins, which judge trust, not content
     if (note) {

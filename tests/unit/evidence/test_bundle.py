@@ -793,16 +793,35 @@ def test_an_older_bundle_format_fails_unless_its_descriptive_members_are_disrega
 
 
 def test_a_timestamp_with_no_authority_pinned_must_still_be_one(key, tmp_path):
-    """Without --tsa-cert nothing can check the authority's signature, but noise is refused."""
+    """Without --tsa-cert nothing can check the authority's signature, but noise, and a
+    genuine timestamp of another document, are refused; one of checkpoint.txt is UNVERIFIED."""
     authority = OpenSSLAuthority(tmp_path)
-    (tmp_path / "note").write_bytes(b"any checkpoint")
-    query = subprocess.run(
-        ["openssl", "ts", "-query", "-data", "note", "-sha256", "-cert"],
-        cwd=tmp_path, capture_output=True, check=True,
-    ).stdout  # fmt: skip
-    real = authority.reply(query)
+
+    def stamp(document: bytes) -> bytes:
+        (tmp_path / "note").write_bytes(document)
+        query = subprocess.run(
+            ["openssl", "ts", "-query", "-data", "note", "-sha256", "-cert"],
+            cwd=tmp_path, capture_output=True, check=True,
+        ).stdout  # fmt: skip
+        return authority.reply(query)
+
+    with zipfile.ZipFile(io.BytesIO(build(key))) as archive:
+        note = archive.read("checkpoint.txt")
+    real = stamp(note)
     ok = {c.name: c for c in check_bundle(build(key, timestamp_token=real), keys=[key[1]])}
-    assert ok["timestamp"].ok and "not checked without" in ok["timestamp"].detail
-    for garbage in (b"not a timestamp", real[:-1], real + b"\x00", b"\x30\x03\x02\x01\x02"):
+    assert ok["timestamp"].ok and ok["timestamp"].skipped
+    assert ok["timestamp"].detail.startswith("UNVERIFIED: checkpoint.tsr is a granted RFC 3161")
+    foreign = stamp(b"another document")
+    for garbage in (
+        b"not a timestamp",
+        real[:-1],
+        real + b"\x00",
+        b"\x30\x03\x02\x01\x02",
+        foreign,
+    ):
         data = build(key, timestamp_token=garbage)
         assert failed_checks(data) == {"timestamp"}, garbage[:8]
+    failures = verify_bundle(build(key, timestamp_token=foreign), keys=[key[1]])
+    assert failures == [
+        "timestamp: checkpoint.tsr timestamps another document: its imprint is not checkpoint.txt's"
+    ]
