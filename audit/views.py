@@ -11,7 +11,9 @@ from __future__ import annotations
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
+from . import examiner_package
 from .evidence.tile_math import WIDTH, LogIncomplete, parse_tile_path
+from .keys import shown_verifier_keys
 from .log import latest_checkpoint, log_size
 from .tiles import Tiles
 
@@ -55,4 +57,31 @@ def tile(request, path: str):
         return _not_found(str(exc))
     response = HttpResponse(body, content_type="application/octet-stream")
     response["Cache-Control"] = _IMMUTABLE
+    return response
+
+
+@require_GET
+def examiner(request):
+    """/examiner/: what an examiner needs from the operator, in plain text: the examiner's
+    package (its file and SHA-256, downloadable beside this) and the log's verifier key(s)."""
+    wheel = examiner_package.wheel()
+    keys = "\n".join(shown_verifier_keys()) or "(no log key is configured on this host)"
+    body = (
+        f"pathfinder-verify {examiner_package.version()}: verify Pathfinder evidence bundles "
+        "offline (docs/examiner-package.md)\n"
+        f"wheel: {request.build_absolute_uri(wheel.filename)}\n"
+        f"sha256: {wheel.sha256}\n"
+        f"log verifier key(s), to compare with the copy you obtained out of band:\n{keys}\n"
+    )
+    return HttpResponse(body, content_type="text/plain; charset=utf-8")
+
+
+@require_GET
+def examiner_wheel(request, filename: str):
+    wheel = examiner_package.wheel()
+    if filename != wheel.filename:
+        return _not_found(f"this host serves {wheel.filename}")
+    response = HttpResponse(wheel.data, content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="{wheel.filename}"'
+    response["X-Content-SHA256"] = wheel.sha256
     return response

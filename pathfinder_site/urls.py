@@ -3,6 +3,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from audit import views as log_views
 from pathfinder_site import views as ops
 from pathfinder_site.mfa import mfa
 
@@ -23,4 +24,7 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("portal/", include("reviewers.urls")),
     path("log/", include("audit.urls")),
+    # The examiner's package and the log's key, public like the log (docs/examiner-package.md).
+    path("examiner/", log_views.examiner, name="examiner"),
+    path("examiner/<str:filename>", log_views.examiner_wheel, name="examiner-wheel"),
 ]

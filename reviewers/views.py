@@ -15,6 +15,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from audit import examiner_package
 from audit.evidence import descriptive
 from audit.keys import shown_verifier_keys
 from decoding.batches import request_counts
@@ -301,6 +302,7 @@ def bundle_verify(request):
         # This service's log, whose tiles the page reads to check a matter of it complete.
         "log_url": reverse("log:checkpoint").removesuffix("checkpoint"),
         "log_origin": settings.PATHFINDER_LOG_ORIGIN,
+        "examiner_wheel": examiner_package.wheel(),
         "verifier_keys": shown_verifier_keys(),
     }
     return render(request, "reviewers/verify.html", context)

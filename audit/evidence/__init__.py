@@ -4,3 +4,7 @@ the report and the offline verifier. An examiner runs it with the standard libra
 `cryptography` and ReportLab alone; tests/unit/evidence/test_bundle.py holds it to importing no
 Django. The Django side (audit/) reads and writes the store and calls in here.
 """
+
+# The release of the examiner's package (scripts/build_verifier_wheel.py, docs/examiner-package.md):
+# bundle format, matter format, revision of the verifier that reads them.
+VERIFIER_VERSION = "5.3.0"

@@ -53,6 +53,12 @@ def fill(template: str, values: dict) -> str:
     return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
 
 
+def readme_template(kind: str, bundle_format: int) -> str:
+    """README.txt's template ("trail_readme" or "matter_readme") of that bundle format: format 5
+    tells the examiner to verify with the examiner's package."""
+    return TEXTS[f"{kind}_5" if bundle_format >= NAMED_SIGNERS_SINCE else kind]
+
+
 def quoted(text: str) -> str:
     """A name in the texts: JSON's string form (JSON.stringify's in verify.js)."""
     return json.dumps(text, ensure_ascii=False)
@@ -236,7 +242,7 @@ def _trail_descriptive(members: dict[str, bytes], bundle_format: int, pdf: bool)
     disclosures = _json(members, DISCLOSURES)
     withheld = sorted(n for n, d in disclosures.items() if d == {"withheld": True})
     readme = fill(
-        TEXTS["trail_readme"],
+        readme_template("trail_readme", bundle_format),
         dict(
             trail_id=facts.trail_id,
             job_id=facts.job_id,
@@ -284,7 +290,7 @@ def _matter_descriptive(members: dict[str, bytes], bundle_format: int, pdf: bool
     trails = [trail_facts(members, trail_member(t, "")) for t in ids]
     verification = matter_verification(matter, trails, signed, bundle_format)
     readme = fill(
-        TEXTS["matter_readme"],
+        readme_template("matter_readme", bundle_format),
         dict(
             matter=quoted(matter["matter"]),
             selection=selection,

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from audit.evidence import (
+    VERIFIER_VERSION,
     binding,
     chain,
     checkpoints,
@@ -1262,12 +1263,24 @@ def _shown(label: str, text: str | None) -> str:
     return f"{label} ({len(text)} characters):\n{quoted}"
 
 
+def _tally(findings: Findings) -> str:
+    skipped = sum(1 for c in findings.checks if c.skipped)
+    passed = f"{len(findings.checks) - skipped} checks passed"
+    return f"{passed}, {skipped} not run (SKIP above)" if skipped else passed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m audit.offline_verify",
         description="Verify a Pathfinder evidence bundle offline.",
     )
     parser.add_argument("bundle", help="the bundle .zip file")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"pathfinder-verify {VERIFIER_VERSION} (bundle formats 2 to "
+        f"{BUNDLE_FORMAT_VERSION}, matter formats 1 to {max(MATTER_FORMAT_VERSIONS)})",
+    )
     parser.add_argument(
         "--key",
         action="append",
@@ -1357,9 +1370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.allow_unpinned:
             print("RESULT: NOT VERIFIED (no log key pinned; --allow-unpinned accepts that)")
             return EXIT_UNPINNED
-        print(f"RESULT: CONSISTENT BUT UNPINNED ({len(findings.checks)} checks passed)")
+        print(f"RESULT: CONSISTENT BUT UNPINNED ({_tally(findings)})")
         return EXIT_VERIFIED
-    print(f"RESULT: VERIFIED ({len(findings.checks)} checks passed)")
+    print(f"RESULT: VERIFIED ({_tally(findings)})")
     return EXIT_VERIFIED
 
 

@@ -286,7 +286,7 @@
       const e = disclosures[n];
       return e && typeof e === "object" && Object.keys(e).length === 1 && e.withheld === true;
     }).sort();
-    const readme = fill(texts.trail_readme, { trail_id: f.trailId, job_id: f.jobId,
+    const readme = fill(texts[format >= 5 ? "trail_readme_5" : "trail_readme"], { trail_id: f.trailId, job_id: f.jobId,
       attempt: f.attempt === null ? "not recorded" : f.attempt, record_count: f.count,
       format_version: f.formatVersion, outcome: f.outcome, origin: s.origin, tree_size: s.size,
       withheld: withheld.length ? ` Withheld: ${withheld.join(", ")}.` : "", verification,
@@ -307,7 +307,7 @@
       `- ${trails.length} trail(s) of matter ${quoted(matter.matter)}, each with a request record naming that matter`,
       ...trails.map(trailClaim), checkpointClaim(s, format),
       `- ${leftOut} trail(s) left out, listed in matter.json with the reason`].join("\n") + "\n";
-    const readme = fill(texts.matter_readme, { matter: quoted(matter.matter),
+    const readme = fill(texts[format >= 5 ? "matter_readme_5" : "matter_readme"], { matter: quoted(matter.matter),
       selection: selectionOf(matter), trails: trails.length, origin: s.origin, tree_size: s.size,
       left_out: leftOut ? `\n${leftOut} trail(s) of the selection are left out and listed in matter.json `
         + `with the reason (${LEFT_OUT_REASONS[matter.format_version]}).` : "",
