@@ -81,6 +81,18 @@ def log_leaves() -> tuple[list[str], list[bytes]]:
         head_hash=abandoned[-1][2],
         outcome="abandoned",
     )
+    # A trail with no request recorded nothing at all (its models never loaded): 0 records, its
+    # head the genesis hash; another matter's trail recorded at least its request.
+    for index, count, outcome in ((0, 2, "succeeded"), (1, 0, "failed")):
+        trail = f"00000000-0000-4000-8000-{index:012d}"
+        leaves[index] = chain.ledger_payload(
+            format_version=2,
+            trail_id=trail,
+            job_id=f"00000000-0000-4000-9000-{index:012d}",
+            record_count=count,
+            head_hash=chain.genesis_hash(trail) if count == 0 else hashlib.sha256(b"x").hexdigest(),
+            outcome=outcome,
+        )
     keys = [OTHER_MATTER_KEY, None, MATTER_KEY, MATTER_KEY, OTHER_MATTER_KEY]
     leaves = [_tagged(leaf, key) for leaf, key in zip(leaves, keys, strict=True)]
     return leaves, [leaf.encode() for leaf in leaves]

@@ -21,6 +21,8 @@ JOB_ID = "8a7b6c5d-4e3f-4a2b-9c1d-0e1f2a3b4c5d"
 SALT = "3c" * 32
 LEAF_INDEX = 3
 REJECTED = 1729  # step 0's second drafted token, rejected: sealed when the prompt is withheld
+# The answer's tokens (v2.ANSWER: 40, 41, 42, 2 = "Tenant shall") and their texts.
+TOKEN_TEXT = {40: "Ten", 41: "ant", 42: " shall"}
 
 
 def _decision(step: int) -> dict:
@@ -28,7 +30,7 @@ def _decision(step: int) -> dict:
     clear = v2._decision(step, [40, 41] if step == 0 else [42, 2], None if step == 0 else "eos")
     clear = {**clear, "v": 3, "request_id": JOB_ID, "draft_source": None}
     for entry in clear["drafted"]:
-        entry["text"] = "Ten" if entry["token"] == 40 else "ant"
+        entry["text"] = TOKEN_TEXT[entry["token"]]
     if step == 0:  # drafted 40 and REJECTED; 40 accepted, the argmax 41 replaced the other
         rejected = {"token": REJECTED, "text": " void", "q": "1.0", "p": "0.125",
                     "ratio": None, "u": None, "accepted": False}  # fmt: skip

@@ -258,3 +258,11 @@ def test_a_reason_for_another_job_is_refuted():
         found, KEY, [{**entry, "reason": "no_request"}], matter_leaves.Selection()
     )
     assert len(failures) == 1 and "but leaf 0 seals job" in failures[0]
+
+
+def test_the_formats_documented_example_batch_tag_is_the_codes():
+    doc = (Path(__file__).parents[3] / "docs" / "audit-format.md").read_text("utf-8")
+    example = matter_leaves.batch_tag(
+        "6d" * 32, "00000000-0000-4000-8000-000000000001", "batch_0123456789abcdef0123456789abcdef"
+    )
+    assert f"`{example}`" in doc
