@@ -1362,6 +1362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"MATTER {findings.matter['matter']!r}: {len(trails)} trails ({abandoned} abandoned "
             f"attempts), {len(findings.matter['left_out'])} left out (see matter.json)"
         )
+        # What was produced: compare it with what was asked for (the selection is the maker's).
+        print(f"SELECTION {descriptive.selection_of(findings.matter)}")
     else:
         print(_shown("QUESTION (prompt.txt, the rendered prompt)", findings.question))
         print(_shown("ANSWER (answer.txt, the output text as served)", findings.answer))
