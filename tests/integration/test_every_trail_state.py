@@ -41,6 +41,7 @@ from decoding.services import job_cancel, job_submit
 from decoding.worker import execution, leases
 from decoding.worker.sinks import BATCH_STEPS
 from reviewers.selectors import with_verification
+from tests.cast import grant, logged_in
 
 from .conftest import JOB_DEFAULTS
 from .test_batches import line, run_batch
@@ -252,11 +253,16 @@ def test_every_state_crossed_with_every_export_verifies_and_the_verdicts_agree(
     )
     services.batch_bundle_export(batch=every_state["batch"], out=tmp_path / "batch.zip")
     bundles["the batch"] = (tmp_path / "batch.zip").read_bytes()
+    reviewer = logged_in(grant("rita", matter))  # the portal's "Produce a matter"
+    response = reviewer.post("/portal/matters/export", {"export-matter": owner.key.matter.id})
+    assert response.status_code == 200, response.content[:300]
+    bundles["the portal's production"] = b"".join(response.streaming_content)
+    assert bundles["the portal's production"] == bundles["the matter"]  # one selection, one bundle
 
     for name, data in bundles.items():
         python, page = verdicts(data, tmp_path, log, log_url)
         assert python == [], (name, python)
-        if name in ("the matter", "today", "the batch"):
+        if name in ("the matter", "today", "the batch", "the portal's production"):
             assert any(c["name"] == "completeness" and c["ok"] for c in page["checks"]), name
 
     # The trail with nothing to bind is left out of the matter for a reason the log shows.
