@@ -81,7 +81,6 @@ def matter_export(
     if checkpoint is None:
         raise ExportError("no signed checkpoint yet: beat signs one within a minute of a seal")
     size = checkpoint.tree_size
-    key = matter_key(selection.matter)
     trails = {t.id: t for t in Trail.objects.filter(id__in=list(trail_ids))}
     leaves = {e.trail_id: e for e in LedgerEntry.objects.filter(trail_id__in=list(trails))}
     included, left_out = [], []
@@ -100,6 +99,7 @@ def matter_export(
             f"{selection.described()}: no sealed trail that a signed checkpoint covers "
             f"({len(left_out)} left out)"
         )
+    key = matter_key(selection.matter)  # made here for a matter whose trails predate the tags
     left_out += _outside(selection, key, outside, size, [entry for _, _, entry in included])
     included.sort(key=lambda item: item[0])  # log order
     tree = tiles.Tiles(size)
@@ -117,7 +117,8 @@ def matter_export(
         ):
             raise ExportError(
                 f"{selection.described()}: nothing signed shows that trail {trail.id} is of it "
-                "(its leaf was sealed before leaves carried batch tags)"
+                "(it was sealed before leaves carried submission times and batch tags); produce "
+                "the whole matter"
             )
         models, params = described(records)
         texts = texts_of(trail, records, ())

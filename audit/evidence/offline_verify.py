@@ -950,7 +950,7 @@ def _check_completeness(
         check.fail(f"the log at {log}: {exc}")
         return
     if "matter_key" not in doc:
-        tagged = next((i for i, leaf in enumerate(leaves) if '"matter_tag":' in leaf), None)
+        tagged = next((i for i, leaf in enumerate(leaves) if _tagged(leaf)), None)
         if tagged is not None:
             check.fail(
                 f"the log's leaf {tagged} carries a matter tag, so a matter bundle under this "
@@ -991,6 +991,15 @@ def _check_completeness(
             f"leaves are every one in the bundle or left out, and the {len(left_out)} left out "
             "are so for the reason the log's leaves give"
         )
+
+
+def _tagged(leaf: str) -> bool:
+    """Whether a leaf of the log is one sealed since the matter tags."""
+    try:
+        sealed = json.loads(leaf)
+    except ValueError:
+        return False
+    return isinstance(sealed, dict) and "matter_tag" in sealed
 
 
 _LEAF_KEYS = {"v", "trail", "job", "records", "head", "outcome"}
