@@ -168,7 +168,9 @@ def _outside(
     entries = []
     for entry in sealed_outside.order_by("seq"):
         sealed, trail = json.loads(entry.payload), trails[entry.trail_id]
-        if sealed.get("matter_tag", "") is None:
+        if "matter_tag" not in sealed:
+            continue  # sealed before the tags: no leaf of that time names its matter
+        if sealed["matter_tag"] is None:
             entries.append(_left_out(trail, matter_leaves.NO_REQUEST))
         elif rule.holds(sealed, key, first_line_at=first_line_at) is False:
             entries.append(_left_out(trail, matter_leaves.OUTSIDE))

@@ -57,6 +57,7 @@ GIVEN_KINDS = ("prompt", "messages", "prompt_token_ids")
 STOP_REASONS = ("eos", "max_tokens", "stop", "cancelled")
 # Trail outcomes whose job served an answer, so the trail must end with an answer record.
 SERVED_OUTCOMES = ("succeeded", "cancelled")
+OUTCOMES = (*SERVED_OUTCOMES, "failed", "abandoned")  # every outcome a ledger leaf may seal
 _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 
 

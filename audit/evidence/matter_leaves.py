@@ -26,7 +26,7 @@ from audit.evidence import merkle, tile_math
 _TAG = b"PF-MATTER-TAG-v1"
 _BATCH_TAG = b"PF-BATCH-TAG-v1"
 # Every time the evidence carries: UTC, microseconds, "Z" (2026-12-05T12:34:56.123456Z).
-UTC_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+UTC_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", re.ASCII)
 TAGGED_LEAF_KEYS = frozenset({"matter_tag", "sealed_at"})
 # Leaves sealed since matter format 3 also say what a selection is made of: when the trail's job
 # was submitted and (by a tag only the matter's key makes) which batch, if any, it was a line of.
@@ -224,6 +224,8 @@ def reason_failures(
                     f"{name}, but leaf {leaf.index} does not carry the null matter tag of a "
                     "trail that recorded no request"
                 )
+        elif reason == OUTSIDE and not isinstance(leaf.sealed.get("matter_tag"), str):
+            failures.append(f"{name}, but leaf {leaf.index} carries no tag of this matter")
         elif reason == OUTSIDE:
             holds = selection.holds(leaf.sealed, matter_key, first_line_at=first_line_at)
             if holds is not False:

@@ -412,6 +412,8 @@ def _check_leaf(b: _Bundle, check: Check) -> None:
             "submitted_at and batch_tag too)"
         )
         return
+    if sealed["outcome"] not in binding.OUTCOMES:
+        check.fail(f"ledger leaf's outcome {sealed['outcome']!r} is none of {binding.OUTCOMES}")
     if "sealed_at" in sealed and not matter_leaves.UTC_TIME.fullmatch(str(sealed["sealed_at"])):
         check.fail("ledger leaf's sealed_at is not a UTC time (…T…:…:….ffffffZ)")
     if "submitted_at" in sealed:

@@ -62,13 +62,16 @@ def _leaf(i: int, key: str | None, submitted_at: str | None, records: int, head:
 
 def log_leaves() -> tuple[list[str], list[bytes]]:
     records = v2.chained(v4.TRAIL_ID, v4.payloads()[0])
-    other = hashlib.sha256(b"another trail's head").hexdigest()
+
+    def head(i: int) -> str:  # a head of that trail's own (each chain starts from its id)
+        return hashlib.sha256(_trail(i).encode()).hexdigest()
+
     leaves = [
-        _leaf(0, OTHER_MATTER_KEY, "2026-01-05T09:00:00.000000Z", 3, other),
+        _leaf(0, OTHER_MATTER_KEY, "2026-01-01T09:00:00.000000Z", 3, head(0)),
         _leaf(1, None, None, 0, chain.genesis_hash(_trail(1))),
         _leaf(2, MATTER_KEY, "2026-01-01T00:00:00.000000Z", len(records), records[-1][2]),
-        _leaf(3, MATTER_KEY, "2025-12-31T23:59:59.999999Z", 3, other),
-        _leaf(4, OTHER_MATTER_KEY, "2026-01-06T09:00:00.000000Z", 3, other),
+        _leaf(3, MATTER_KEY, "2025-12-31T23:59:59.999999Z", 3, head(3)),
+        _leaf(4, OTHER_MATTER_KEY, "2026-01-01T10:00:00.000000Z", 3, head(4)),
     ]
     return leaves, [leaf.encode() for leaf in leaves]
 

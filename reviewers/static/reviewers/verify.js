@@ -402,6 +402,7 @@
     const keys = Object.keys(sealed).sort().join(",");
     if (keys !== "head,job,outcome,records,trail,v" && keys !== "head,job,matter_tag,outcome,records,sealed_at,trail,v"
       && keys !== "batch_tag,head,job,matter_tag,outcome,records,sealed_at,submitted_at,trail,v") leafCheck.fail("ledger payload must hold exactly v, trail, job, records, head, outcome (and, sealed since the matter tags, matter_tag and sealed_at; since matter format 3, submitted_at and batch_tag too)");
+    if (!["succeeded", "cancelled", "failed", "abandoned"].includes(sealed.outcome)) leafCheck.fail(`ledger leaf's outcome ${JSON.stringify(sealed.outcome)} is none of succeeded, cancelled, failed, abandoned`);
     if ("sealed_at" in sealed && !UTC_TIME.test(String(sealed.sealed_at))) leafCheck.fail("ledger leaf's sealed_at is not a UTC time");
     if ("submitted_at" in sealed) {
       const tagged = sealed.matter_tag !== null;
@@ -502,6 +503,7 @@
       else if (!at) check.fail(`${name}, but no leaf under the checkpoint seals it`);
       else if (foreign) check.fail(`${name}, but leaf ${at.index} seals it as no trail of this matter`);
       else if (entry.reason === "no_request") { if (("matter_tag" in at.sealed ? at.sealed.matter_tag : "") !== null) check.fail(`${name}, but leaf ${at.index} does not carry the null matter tag of a trail that recorded no request`); }
+      else if (entry.reason === "outside_selection" && typeof at.sealed.matter_tag !== "string") check.fail(`${name}, but leaf ${at.index} carries no tag of this matter`);
       else if (entry.reason === "outside_selection") {
         const holds = await selectionHolds(sel, at.sealed, matter.matter_key, null, lines[0] ?? null);
         if (holds !== false) check.fail(`${name}, but leaf ${at.index} ${holds ? "shows it in the selection" : "does not show it outside it"}`);

@@ -242,6 +242,11 @@ def test_a_true_reason_passes():
             "shows it in the selection",
         ),
         ([(1, "outside_selection")], matter_leaves.Selection(), "as no trail of this matter"),
+        (
+            [(12, "outside_selection")],
+            matter_leaves.Selection(since="2026-12-05"),
+            "carries no tag of this matter",
+        ),
         ([(10, "forgotten")], matter_leaves.Selection(), "no reason a verifier can check"),
     ],
 )
