@@ -35,7 +35,7 @@ from audit.evidence.offline_verify import verify_bundle
 from audit.keys import signing_key
 from audit.log import latest_checkpoint, log_size
 from audit.models import Trail
-from decoding import services
+from decoding import batches, services
 from decoding.models import Batch, GenerationJob, ModelSpec
 from decoding.services import job_cancel, job_submit
 from decoding.worker import execution, leases
@@ -44,7 +44,7 @@ from reviewers.selectors import with_verification
 from tests.cast import grant, logged_in
 
 from .conftest import JOB_DEFAULTS
-from .test_batches import line, run_batch
+from .test_batches import create, line, run_batch, upload
 from .test_job_recovery import died_mid_decode
 from .test_matter_export import competent, mirrored_log
 
@@ -125,6 +125,13 @@ def every_state(owner, run_job, beat, monkeypatch):
     execution.job_run(job_id=superseded.id)
     states["superseded attempt"] = superseded
 
+    late = create(owner, upload(owner, line("late") + "\n").json()["id"]).json()["id"]
+    batches.batches_advance()  # its line becomes a queued job, then its window passes
+    Batch.objects.filter(pk=late).update(expires_at=timezone.now() - datetime.timedelta(seconds=1))
+    batches.batches_advance()
+    batches.batches_advance()
+    states["expired"] = GenerationJob.objects.get(batch_line__batch_id=late)
+
     batch = run_batch(owner, [line("ok"), line("ok too", prompt=(8, 8)), "{not json"])
     lines = GenerationJob.objects.filter(batch_line__batch_id=batch["id"])
     states["batch line"], states["another batch line"] = lines.order_by("batch_line__line")
@@ -148,6 +155,7 @@ def test_the_states_are_the_ones_named(every_state):
         "failed mid-way": ("failed", "generation_failed"),
         "cancelled running": ("cancelled", ""),
         "cancelled queued": ("cancelled", ""),
+        "expired": ("cancelled", ""),
         "superseded attempt": ("succeeded", ""),
         "batch line": ("succeeded", ""),
         "another batch line": ("succeeded", ""),
@@ -157,6 +165,8 @@ def test_the_states_are_the_ones_named(every_state):
     assert counts[jobs["failed mid-way"].id][0] == "failed"
     assert counts[jobs["failed mid-way"].id][1] > 1
     assert jobs["cancelled queued"].trail_id is None
+    assert jobs["expired"].trail_id is None
+    assert Batch.objects.get(lines__job=jobs["expired"]).status == "expired"
     outcomes = sorted(t.outcome for t in Trail.objects.filter(job_id=jobs["superseded attempt"].id))
     assert outcomes == ["abandoned", "succeeded"]
 
