@@ -1,9 +1,10 @@
 """Every state a trail can end in exports and verifies (issue 40, item 1), and the verdicts on it
 never disagree: a matter holding a job that succeeded, one that failed before its first record
 (its model did not load), one that failed mid-way, one cancelled while queued and one while
-running, a job whose first attempt was superseded, and a batch with a refused line, crossed with
-every export (each trail alone, with and without its texts withheld; the matter whole; a day
-range; the batch) and both verifiers (audit.evidence.offline_verify with the log's tiles, and
+running, one of a batch that expired before it ran, a job whose first attempt was superseded,
+and a batch with a refused line, crossed with every export (each trail alone, with and without
+its texts withheld; the matter whole, by export_matter and by the portal; a day range; the
+batch; matter exports withhold nothing, by design) and both verifiers (audit.evidence.offline_verify with the log's tiles, and
 the page's verify.js, run here under Node on the same files). verify_chain and the portal's
 badge must say what the bundles say.
 
