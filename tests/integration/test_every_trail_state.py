@@ -4,9 +4,11 @@ never disagree: a matter holding a job that succeeded, one that failed before it
 running, one of a batch that expired before it ran, a job whose first attempt was superseded,
 and a batch with a refused line, crossed with every export (each trail alone, with and without
 its texts withheld; the matter whole, by export_matter and by the portal; a day range; the
-batch; matter exports withhold nothing, by design) and both verifiers (audit.evidence.offline_verify with the log's tiles, and
-the page's verify.js, run here under Node on the same files). verify_chain and the portal's
-badge must say what the bundles say.
+batch; matter exports withhold nothing, by design) and three verifiers: ours
+(audit.evidence.offline_verify with the log's tiles), the page's (verify.js, run here under Node
+on the same files), and one written from docs/audit-format.md alone by an examiner who did not
+read our code (tests/independent/verify_from_doc.py). verify_chain and the portal's badge must
+say what the bundles say.
 
 Then the examiner's attacks on completeness (item 2), each written as the tampered bundle
 against a real export of this matter: a trail left out for a reason the log refutes, the
@@ -22,6 +24,7 @@ import io
 import json
 import shutil
 import subprocess
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -207,12 +210,26 @@ def page_verdict(data: bytes, tmp_path: Path, log_url: str | None) -> dict:
     return json.loads(done.stdout)
 
 
+def independent_verdict(data: bytes, tmp_path: Path, log: str) -> subprocess.CompletedProcess:
+    """The verdict of the verifier an examiner wrote from the doc alone (exit 0: VERIFIED)."""
+    bundle = tmp_path / "independent.zip"
+    bundle.write_bytes(data)
+    script = REPO / "tests" / "independent" / "verify_from_doc.py"
+    return subprocess.run(
+        [sys.executable, str(script), str(bundle), "--key", signing_key().verifier, "--log", log],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
 def verdicts(data: bytes, tmp_path: Path, log: str, log_url: str) -> tuple[list[str], dict]:
-    """(offline_verify's failures, verify.js's verdict), which must agree."""
+    """(offline_verify's failures, verify.js's verdict), which must agree, and so must the
+    independent verifier's."""
     python = verify_bundle(data, keys=[signing_key().verifier], log=log)
     page = page_verdict(data, tmp_path, log_url)
     failed = [(c["name"], c["failures"]) for c in page["checks"] if not c["ok"]]
     assert page["ok"] == (python == []), (python, failed)
+    independent = independent_verdict(data, tmp_path, log)
+    assert (independent.returncode == 0) == (python == []), (python, independent.stdout)
     return python, page
 
 

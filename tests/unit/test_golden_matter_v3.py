@@ -144,3 +144,16 @@ def test_the_page_verifier_agrees(name, tmp_path):
     if name != "intact":
         failed = {c["name"] for c in page["checks"] if not c["ok"]}
         assert failed & {"completeness", f"trail {golden.v4.TRAIL_ID}: listing", "matter.json"}
+
+
+@pytest.mark.parametrize("name", ["intact", *ATTACKS])
+def test_the_independent_verifier_agrees(name, tmp_path):
+    """The verifier an examiner wrote from docs/audit-format.md alone (tests/independent/)."""
+    data = SAMPLE if name == "intact" else forged(ATTACKS[name][0])
+    (tmp_path / "b.zip").write_bytes(data)
+    script = REPO / "tests" / "independent" / "verify_from_doc.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "b.zip"), "--key", KEY, "--log", LOG],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (done.returncode == 0) == (name == "intact"), done.stdout
