@@ -41,3 +41,11 @@ def test_the_verify_page_shows_the_key_a_reviewer_pins(signing_host, reviewer):
     page = reviewer.get("/portal/verify")
     assert page.status_code == 200
     assert signing_host.verifier in page.content.decode()
+
+
+def test_the_verify_page_offers_the_examiners_package_with_its_hash(reviewer):
+    from audit import examiner_package
+
+    wheel = examiner_package.wheel()
+    page = reviewer.get("/portal/verify").content.decode()
+    assert f'href="/examiner/{wheel.filename}"' in page and wheel.sha256 in page
