@@ -119,8 +119,9 @@ def file_delete(*, stored: BatchFile) -> None:
 
 
 def input_lines(data: bytes) -> list[tuple[int, str]]:
-    """(1-based line number, text) of each line that is not blank."""
-    text = data.decode("utf-8")
+    """(1-based line number, text) of each line that is not blank; a UTF-8 byte-order mark
+    before the first line (Notepad's, PowerShell 5's) is not part of it."""
+    text = data.decode("utf-8-sig")
     return [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
 
 
@@ -189,15 +190,55 @@ def batches_advance(budget_s: float = 20.0) -> dict:
     deadline = time.monotonic() + budget_s
     expanded = 0
     for batch_id in Batch.objects.filter(status=Status.VALIDATING).values_list("pk", flat=True):
-        expanded += _expand(batch_id, deadline)
+        expanded += _isolated(batch_id, _expand, deadline)
         if time.monotonic() > deadline:
             break
     stopped = _stop_ending()
     sent = batches_feed()
-    closed = sum(_close(pk) for pk in _closable())
+    closed = sum(_isolated(pk, _close) for pk in _closable())
     if Batch.objects.filter(status=Status.VALIDATING).exists():
         transaction.on_commit(kick)  # the budget ran out: go on now rather than at beat's tick
     return {"expanded": expanded, "stopped": stopped, "sent": sent, "closed": closed}
+
+
+def _isolated(batch_id: str, step, *args) -> int:
+    """`step` (_expand, _close) for one batch. A fault of that batch's own (a line or a file the
+    store refuses) fails that batch with the reason, and every other batch goes on; a store that
+    is down is everyone's, and raises (beat's next tick tries again)."""
+    try:
+        return step(batch_id, *args)
+    except (DatabaseError, ValueError, UnicodeError, KeyError, TypeError) as exc:
+        if not _store_up():
+            raise
+        logger.exception("a batch failed on a fault of its own", extra={"batch_id": batch_id})
+        _fail(batch_id, f"Pathfinder could not process this batch ({type(exc).__name__}).")
+        return 0
+
+
+def _store_up() -> bool:
+    try:
+        Batch.objects.exists()
+    except DatabaseError:
+        return False
+    return True
+
+
+def _fail(batch_id: str, reason: str) -> None:
+    """End the batch as failed: its lines not yet ended are stopped as a cancel stops them, and
+    it closes as `failed` with the reason in `errors` (no output written from a fault of its own
+    in closing)."""
+    with transaction.atomic():
+        batch = Batch.objects.select_for_update().get(pk=batch_id)
+        if batch.status in Batch.ENDED:
+            return
+        now = timezone.now()
+        batch.errors = batch_shapes.batch_failure(batch.errors, reason)
+        batch.failed_at = now
+        if _unfinished_jobs(batch_id).exists() or batch.status == Status.VALIDATING:
+            batch.status = Status.CANCELLING  # _stop_ending stops its jobs; _close ends it failed
+        else:
+            batch.status = Status.FAILED  # nothing left to stop, and its close is what failed
+        batch.save(update_fields=["errors", "failed_at", "status"])
 
 
 def job_ended(job_id) -> None:
@@ -234,11 +275,17 @@ def _expand(batch_id: str, deadline: float) -> int:
             if batch.status != Status.VALIDATING:
                 return made
             start = batch.lines_expanded
-            for number, text in lines[start : start + _CHUNK]:
-                _line_create(batch, number, text)
+            refused = [
+                refusal
+                for number, text in lines[start : start + _CHUNK]
+                if (refusal := _line_create(batch, number, text)) is not None
+            ]
             batch.lines_expanded = min(start + _CHUNK, len(lines))
             made += batch.lines_expanded - start
             fields = ["lines_expanded"]
+            if refused:  # OpenAI numbers a batch's line errors in errors.data[].line
+                batch.errors = batch_shapes.line_errors(batch.errors, refused)
+                fields.append("errors")
             if batch.lines_expanded == len(lines):
                 batch.status, batch.in_progress_at = Status.IN_PROGRESS, timezone.now()
                 fields += ["status", "in_progress_at"]
@@ -247,7 +294,8 @@ def _expand(batch_id: str, deadline: float) -> int:
             return made
 
 
-def _line_create(batch: Batch, number: int, text: str) -> None:
+def _line_create(batch: Batch, number: int, text: str) -> BatchLine | None:
+    """The line made a job, or the refusal the endpoint would give it (that BatchLine)."""
     checked = line_check(batch.endpoint, text)
     if isinstance(checked, LineRequest):
         try:
@@ -264,9 +312,11 @@ def _line_create(batch: Batch, number: int, text: str) -> None:
                 job=job,
                 logprobs_top=checked.logprobs_top,
             )
-            return
+            return None
     refusal = {"status_code": checked.status_code, "body": checked.body}
-    BatchLine.objects.create(batch=batch, line=number, custom_id=checked.custom_id, refusal=refusal)
+    return BatchLine.objects.create(
+        batch=batch, line=number, custom_id=checked.custom_id, refusal=refusal
+    )
 
 
 def _unfinished_jobs(batch_id):
@@ -390,7 +440,9 @@ def _close(batch_id: str) -> int:
         if batch.status not in _CLOSING or _unfinished_jobs(batch_id).exists():
             return 0
         now = timezone.now()
-        if batch.status == Status.CANCELLING:
+        if batch.failed_at is not None:
+            ending, stamp = Status.FAILED, "failed_at"
+        elif batch.status == Status.CANCELLING:
             ending, stamp = Status.CANCELLED, "cancelled_at"
         elif batch.expired_at is not None:
             ending, stamp = Status.EXPIRED, "expired_at"

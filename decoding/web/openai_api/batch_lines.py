@@ -27,6 +27,15 @@ ENDPOINTS = {
     "/v1/completions": (CompletionInput, shapes.COMPLETION),
 }
 _ENVELOPE = ("custom_id", "method", "url", "body")
+MAX_CUSTOM_ID = 512  # decoding.models.BatchLine.custom_id's length
+_BAD_CUSTOM_ID = (
+    f"At most {MAX_CUSTOM_ID} characters, with no NUL character (U+0000) or unpaired surrogate "
+    "(U+D800 to U+DFFF)."
+)
+_UNSTORABLE = (
+    "Holds a NUL character (U+0000) or an unpaired surrogate (U+D800 to U+DFFF), which no "
+    "request may carry."
+)
 
 
 @dataclass(frozen=True)
@@ -69,10 +78,45 @@ def line_check(endpoint: str, text: str) -> LineRequest | LineRefusal:
     custom_id = value.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
         return _refused(None, _invalid("custom_id", "Required: a non-empty string."))
+    if not storable(custom_id) or len(custom_id) > MAX_CUSTOM_ID:
+        return _refused(None, _invalid("custom_id", _BAD_CUSTOM_ID))
+    where = unstorable_at(value)
+    if where is not None:  # named by its place, never echoed: the store cannot hold it
+        return _refused(custom_id, _invalid(where, _UNSTORABLE))
     try:
         return _request(endpoint, custom_id, value)
     except exceptions.APIException as exc:
         return _refused(custom_id, exc)
+
+
+def storable(text: str) -> bool:
+    """Whether PostgreSQL can hold the text: no NUL, and valid UTF-8 (no unpaired surrogate)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def unstorable_at(value: object) -> str | None:
+    """Where in a parsed line the first string (a key or a value) is one the store cannot hold:
+    its dotted path (`body.messages.0.content`), with `(a field name)` for a key, or None."""
+    stack = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            if not storable(item):
+                return path or "body"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not storable(key):
+                    return f"{path}.(a field name)" if path else "(a field name)"
+                stack.append((f"{path}.{key}" if path else key, child))
+        elif isinstance(item, list):
+            stack += [(f"{path}.{i}", child) for i, child in enumerate(item)]
+    return None
 
 
 def refusal_for(line: LineRequest, exc: InvalidInput) -> LineRefusal:

@@ -60,6 +60,24 @@ def batch_object(batch: Batch, request_counts: dict) -> dict:
     }
 
 
+def line_errors(errors: dict | None, refused: list[BatchLine]) -> dict:
+    """The batch's `errors` with each refused line added as OpenAI numbers a line's error
+    (`code`, `message`, `param`, `line`); the lines themselves go on to the error file."""
+    data = list((errors or {}).get("data", []))
+    for line in refused:
+        error = line.refusal["body"].get("error", {})
+        data.append({"code": error.get("code"), "message": error.get("message"),
+                     "param": error.get("param"), "line": line.line})  # fmt: skip
+    return {"object": "list", "data": data}
+
+
+def batch_failure(errors: dict | None, message: str) -> dict:
+    """The batch's `errors` with the reason it failed as a whole (no line: the batch's own)."""
+    data = list((errors or {}).get("data", []))
+    data.append({"code": "batch_failed", "message": message, "param": None, "line": None})
+    return {"object": "list", "data": data}
+
+
 def succeeded(line: BatchLine) -> bool:
     return line.job is not None and line.job.status == GenerationJob.Status.SUCCEEDED
 
