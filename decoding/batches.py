@@ -458,8 +458,12 @@ def _close(batch_id: str) -> int:
         batch.output_file = _output_file(
             batch, "output", [batch_shapes.output_line(x) for x in done]
         )
+        never_made = [
+            batch_shapes.never_made_line(batch, number, custom_id_of(text), ending)
+            for number, text in _unread_lines(batch)
+        ]
         batch.error_file = _output_file(
-            batch, "errors", [batch_shapes.error_line(x, ending) for x in failed]
+            batch, "errors", [batch_shapes.error_line(x, ending) for x in failed] + never_made
         )
         batch.status = ending
         batch.finalizing_at = batch.finalizing_at or now
@@ -468,6 +472,14 @@ def _close(batch_id: str) -> int:
     logger.info("batch ended", extra={"batch_id": batch_id, "status": ending,
                                       "completed": len(done), "failed": len(failed)})  # fmt: skip
     return 1
+
+
+def _unread_lines(batch: Batch) -> list[tuple[int, str]]:
+    """The input's lines the batch ended before making into BatchLines (a cancel, expiry or
+    failure while validating)."""
+    if batch.lines_expanded >= batch.input_file.line_count:
+        return []  # every line was read: the input need not be
+    return input_lines(bytes(batch.input_file.content))[batch.lines_expanded :]
 
 
 def _output_file(batch: Batch, kind: str, rows: list[dict]) -> BatchFile | None:

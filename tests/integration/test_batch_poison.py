@@ -142,3 +142,32 @@ def test_a_batch_that_faults_anyway_fails_alone_with_a_reason(where, owner, outs
     (error,) = done["errors"]["data"]
     assert error["code"] == "batch_failed" and "DataError" in error["message"]
     assert "refused this batch" not in error["message"]  # the cause is the operator's log's
+
+
+@pytest.mark.parametrize("ending", ["cancelled", "expired"])
+def test_a_batch_ended_while_validating_accounts_for_every_line(ending, owner):
+    """Ended after its first chunk of lines was read: the lines it never read are in the error
+    file too, so every custom_id is in exactly one file."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    ids = [f"doc-{n:03d}" for n in range(250)]
+    text = "".join(line(custom_id) + "\n" for custom_id in ids)
+    batch_id = create(owner, upload(owner, text).json()["id"]).json()["id"]
+    batches.batches_advance(budget_s=0)  # one chunk of lines read, then the budget is spent
+    assert 0 < Batch.objects.get(pk=batch_id).lines_expanded < len(ids)
+    if ending == "cancelled":
+        assert owner.api.post(f"/v1/batches/{batch_id}/cancel").status_code == 200
+    else:
+        Batch.objects.filter(pk=batch_id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    for _ in range(4):
+        batches.batches_advance(budget_s=0)
+    done = owner.api.get(f"/v1/batches/{batch_id}").json()
+    assert done["status"] == ending
+    output = [row["custom_id"] for row in content(owner, done["output_file_id"])] if done[
+        "output_file_id"] else []  # fmt: skip
+    errors = content(owner, done["error_file_id"])
+    assert sorted(output + [row["custom_id"] for row in errors]) == ids
+    never = [row for row in errors if "never read" in row["error"]["message"]]
+    assert never and all(row["error"]["code"] == f"batch_{ending}" for row in never)

@@ -20,6 +20,10 @@ _UNFINISHED = {
         "batch_cancelled",
         "The batch was cancelled before this request finished.",
     ),
+    Batch.Status.FAILED: (
+        "batch_failed",
+        "The batch failed before this request finished.",
+    ),
 }
 
 
@@ -102,6 +106,15 @@ def error_line(line: BatchLine, ending: str) -> dict:
         return _line(line, body)
     code, message = _UNFINISHED.get(ending, ("cancelled", "This request's job was cancelled."))
     return _line(line, None, {"code": code, "message": f"{message} (job {job.id})"})
+
+
+def never_made_line(batch: Batch, number: int, custom_id: str | None, ending: str) -> dict:
+    """A line of the input its batch ended before reading (cancelled, expired or failed while
+    validating): it never became a request, and the error file says so, so every line is in
+    one of the two files."""
+    code, message = _UNFINISHED.get(ending, _UNFINISHED[Batch.Status.CANCELLED])
+    return _line(BatchLine(batch=batch, line=number, custom_id=custom_id), None,
+                 {"code": code, "message": f"{message} (line {number}, never read)"})  # fmt: skip
 
 
 def _line(line: BatchLine, response: dict | None, error: dict | None = None) -> dict:
