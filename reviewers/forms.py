@@ -9,6 +9,10 @@ from decoding.models import GenerationJob, ModelSpec
 
 from .selectors import JobFilters, matter_list_for
 
+# The last page number any list of the portal takes: past every list, and past what the
+# database can offset.
+MAX_PAGE = 100_000
+
 VERIFICATION_CHOICES = [
     ("", "any"),
     ("never", "never verified"),
@@ -51,7 +55,7 @@ class JobFilterForm(forms.Form):
             attrs={"placeholder": "words asked or answered, a job id or request id"}
         ),
     )
-    page = forms.IntegerField(required=False, min_value=1, max_value=100_000)
+    page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -108,7 +112,7 @@ class AnnotationForm(forms.Form):
 
 
 class PageForm(forms.Form):
-    page = forms.IntegerField(required=False, min_value=1, max_value=100_000)
+    page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
 
 
 class CustodyPageForm(forms.Form):

@@ -2,6 +2,8 @@
 
 from django.urls import path
 
+from decoding.web import converters  # noqa: F401  (registers <objectid:>)
+
 from . import views
 
 app_name = "reviewers"
@@ -18,8 +20,8 @@ urlpatterns = [
     path("replays/<uuid:replay_id>", views.replay_status, name="replay"),
     path("matters/export", views.matter_export, name="matter_export"),
     path("batches/", views.batch_list, name="batches"),
-    path("batches/<str:batch_id>/", views.batch_detail, name="batch"),
-    path("batches/<str:batch_id>/export", views.batch_export, name="batch_export"),
+    path("batches/<objectid:batch_id>/", views.batch_detail, name="batch"),
+    path("batches/<objectid:batch_id>/export", views.batch_export, name="batch_export"),
     path("verify", views.bundle_verify, name="verify_bundle"),
     path("custody/", views.custody_log, name="custody"),
 ]

@@ -23,6 +23,7 @@ from decoding.batches import request_counts
 from . import charts, selectors, services
 from .custody_chain import custody_chain_pending, custody_verify
 from .forms import (
+    MAX_PAGE,
     AnnotationForm,
     CustodyPageForm,
     JobFilterForm,
@@ -240,6 +241,8 @@ def batch_detail(request, batch_id: str):
         page = max(int(request.GET.get("page") or 1), 1)
     except ValueError:
         return _bad_request(request, "page: must be a whole number")
+    if page > MAX_PAGE:  # past any batch's lines, and past what the database can offset
+        return _bad_request(request, f"page: at most {MAX_PAGE}")
     context = {
         "batch": batch,
         "counts": request_counts(batch),

@@ -15,6 +15,7 @@ from django.conf import settings
 from rest_framework import exceptions, serializers
 
 from decoding.job_input import InvalidInput
+from decoding.storable import storable
 from decoding.web.api.parsers import MAX_DEPTH, TOO_DEEP, json_depth
 
 from . import shapes
@@ -87,17 +88,6 @@ def line_check(endpoint: str, text: str) -> LineRequest | LineRefusal:
         return _request(endpoint, custom_id, value)
     except exceptions.APIException as exc:
         return _refused(custom_id, exc)
-
-
-def storable(text: str) -> bool:
-    """Whether PostgreSQL can hold the text: no NUL, and valid UTF-8 (no unpaired surrogate)."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def unstorable_at(value: object) -> str | None:

@@ -23,6 +23,7 @@ from rest_framework.response import Response
 from decoding import batches
 from decoding.job_input import InvalidInput
 from decoding.models import Batch, BatchFile
+from decoding.storable import storable
 from decoding.web.api.fields import RefusesUnknownFields, StrictCharField
 from decoding.web.api.parsers import JSONParser
 
@@ -55,6 +56,11 @@ class BatchCreateInput(RefusesUnknownFields, serializers.Serializer):
             raise serializers.ValidationError(f"At most {METADATA_KEYS} keys.")
         if value and any(len(key) > METADATA_KEY_CHARS for key in value):
             raise serializers.ValidationError(f"Keys are at most {METADATA_KEY_CHARS} characters.")
+        if value and not all(storable(text) for pair in value.items() for text in pair):
+            raise serializers.ValidationError(
+                "Keys and values cannot hold a NUL character (U+0000) or an unpaired surrogate "
+                "(U+D800 to U+DFFF)."
+            )
         return value
 
 
