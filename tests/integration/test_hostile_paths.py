@@ -73,3 +73,15 @@ def test_metadata_the_store_cannot_hold_is_a_400_naming_it(metadata, owner):
     assert response.status_code == 400, response.content[:300]
     assert response.json()["error"]["param"] == "metadata"
     assert Batch.objects.count() == before
+
+
+@pytest.mark.parametrize("name", ['say "hi".jsonl', "résumé €.jsonl", "plain.jsonl"])
+def test_a_files_name_reaches_the_download_intact(name, owner):
+    from email.message import Message
+
+    file_id = upload(owner, line("one") + "\n", name=name).json()["id"]
+    header = owner.api.get(f"/v1/files/{file_id}/content")["Content-Disposition"]
+    header.encode("latin-1")  # a header is Latin-1: a wider name goes in filename*
+    parsed = Message()
+    parsed["Content-Disposition"] = header
+    assert parsed.get_filename() == name, header

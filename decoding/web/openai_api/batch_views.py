@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404
+from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers
@@ -165,7 +166,8 @@ class FileContent(OpenAIView):
     def get(self, request, file_id: str):
         stored = _file(request, file_id)
         response = HttpResponse(bytes(stored.content), content_type="application/jsonl")
-        response["Content-Disposition"] = f'attachment; filename="{stored.filename}"'
+        # RFC 6266/5987: a quote or a non-Latin-1 name is escaped or given as filename*.
+        response["Content-Disposition"] = content_disposition_header(True, stored.filename)
         return response
 
 
