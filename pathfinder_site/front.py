@@ -10,7 +10,10 @@ its own, with the client's address appended to X-Forwarded-For (set PATHFINDER_T
 to the front's address on the web processes) and `Connection: close`; when the client goes away
 mid-response, that connection is closed, so a waiting request sees its caller leave
 (decoding.web.waiting). A chunked body is forwarded with its length; `Expect: 100-continue` is
-answered here. One request per client connection: the response closes it.
+answered here. One request per client connection: the response closes it. Its syntax is as
+strict as nginx's: a chunk size is hex digits only, an HTTP/1.1 request names one Host, and a
+client's claim of the scheme (X-Forwarded-Proto and its kin) is replaced by `http` unless the
+client is a proxy in PATHFINDER_TRUSTED_PROXIES (the TLS proxy before the front).
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
+import re
 import signal
 
 logger = logging.getLogger("pathfinder.front")
@@ -52,6 +57,17 @@ HOP_BY_HOP = frozenset(
         b"content-length",
     }
 )
+
+
+# What a client may claim of the connection's scheme. Gunicorn believes these from the front's
+# address (its forwarded_allow_ips), so the front passes them on only from a proxy the operator
+# trusts (PATHFINDER_TRUSTED_PROXIES: the TLS proxy before it); from anyone else it drops them
+# and says plain HTTP, which is what the front speaks.
+SCHEME_CLAIMS = frozenset(
+    {b"x-forwarded-proto", b"x-forwarded-protocol", b"x-forwarded-ssl", b"forwarded"}
+)
+# A chunk size as RFC 9112 writes it, and nginx reads it: hex digits only (no sign, no 0x).
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 class BadRequest(Exception):
@@ -125,6 +141,9 @@ def _parse_head(head: bytes) -> tuple[bytes, list[tuple[bytes, bytes]]]:
         if not colon or not name or name != name.strip():
             raise BadRequest(400, "malformed header")
         headers.append((name, value.strip()))
+    hosts = [value for name, value in headers if name.lower() == b"host"]
+    if len(hosts) > 1 or (not hosts and line.endswith(b"HTTP/1.1")):
+        raise BadRequest(400, "an HTTP/1.1 request names exactly one Host")
     return line, headers
 
 
@@ -164,11 +183,10 @@ async def _chunked(reader: asyncio.StreamReader, most: int) -> bytes:
     body = bytearray()
     while True:
         size_line = await reader.readuntil(b"\r\n")
-        size = size_line.split(b";")[0].strip()
-        try:
-            count = int(size, 16)
-        except ValueError:
-            raise BadRequest(400, "malformed chunk size") from None
+        size = size_line[:-2].split(b";")[0].rstrip(b" \t")
+        if not _CHUNK_SIZE.fullmatch(size):
+            raise BadRequest(400, "malformed chunk size")
+        count = int(size, 16)
         if len(body) + count > most:
             raise BadRequest(413, "body too large")
         if count == 0:
@@ -180,13 +198,27 @@ async def _chunked(reader: asyncio.StreamReader, most: int) -> bytes:
             raise BadRequest(400, "malformed chunk")
 
 
+def trusted_proxy(peer: str) -> bool:
+    """Whether `peer` is one of PATHFINDER_TRUSTED_PROXIES (addresses or networks, commas)."""
+    listed = os.environ.get("PATHFINDER_TRUSTED_PROXIES", "")
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    for entry in filter(None, (part.strip() for part in listed.split(","))):
+        with contextlib.suppress(ValueError):
+            if address in ipaddress.ip_network(entry, strict=False):
+                return True
+    return False
+
+
 def _upstream_request(line: bytes, headers, body: bytes, peer: str) -> bytes:
     forwarded = [value for key, value in headers if key.lower() == b"x-forwarded-for"]
-    kept = [
-        (key, value)
-        for key, value in headers
-        if key.lower() not in HOP_BY_HOP and key.lower() != b"x-forwarded-for"
-    ]
+    trusted = trusted_proxy(peer)
+    dropped = HOP_BY_HOP | {b"x-forwarded-for"} | (frozenset() if trusted else SCHEME_CLAIMS)
+    kept = [(key, value) for key, value in headers if key.lower() not in dropped]
+    if not trusted:  # the front speaks plain HTTP, and says so
+        kept.append((b"X-Forwarded-Proto", b"http"))
     chain = b", ".join([*forwarded, peer.encode()])
     kept += [
         (b"X-Forwarded-For", chain),
