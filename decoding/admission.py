@@ -111,7 +111,7 @@ def others_waiting(matter_id) -> bool:
 
 def interactive_jobs():
     """Jobs that are not a batch's lines (those meet PATHFINDER_BATCH_MAX_QUEUED instead, in
-    decoding.batches, and are sent only while none of these is queued)."""
+    decoding.batches, and a matter's are sent only while none of its own is queued)."""
     return GenerationJob.objects.filter(batch_line__isnull=True)
 
 

@@ -356,9 +356,12 @@ def _stop_ending() -> int:
 
 
 def batches_feed() -> int:
-    """Send the next batch lines, while no interactive job is queued and fewer than
-    PATHFINDER_BATCH_MAX_QUEUED lines are sent and unfinished: one line of each matter with a
-    batch in progress in turn (its oldest batch's first line first). Returns how many."""
+    """Send the next batch lines, while fewer than PATHFINDER_BATCH_MAX_QUEUED lines are sent and
+    unfinished: one line of each matter with a batch in progress in turn (its oldest batch's
+    first line first), skipping a matter with an interactive job of its own queued (interactive
+    first within a matter). Another matter's queued calls hold nothing back here: they are ahead
+    in the queue (a line goes at the lowest priority) and in the worker's passes, so one matter's
+    load cannot keep another's batch at zero lines. Returns how many."""
     with transaction.atomic():
         # Locks the batches in progress, so two feeders count and send in turn.
         active = list(
@@ -366,9 +369,10 @@ def batches_feed() -> int:
             .filter(status=Status.IN_PROGRESS)
             .order_by("created_at", "pk")
         )
+        queued_calls = admission.interactive_jobs().filter(status=GenerationJob.Status.QUEUED)
+        busy = set(queued_calls.values_list("matter_id", flat=True).distinct())
+        active = [batch for batch in active if batch.matter_id not in busy]
         if not active:
-            return 0
-        if admission.interactive_jobs().filter(status=GenerationJob.Status.QUEUED).exists():
             return 0
         in_flight = GenerationJob.objects.filter(
             batch_line__isnull=False, enqueued_at__isnull=False, status__in=_UNFINISHED

@@ -505,3 +505,26 @@ def test_a_batch_is_produced_as_one_matter_bundle_that_verifies_offline(owner, b
     assert doc["batch"] == done["id"]
     detail = json.loads(CustodyEvent.objects.get(action="export_matter").detail)
     assert detail["batch"] == done["id"] and detail["sha256"] == response["X-Content-SHA256"]
+
+
+def test_another_matters_queued_calls_never_hold_a_batch_at_zero_lines(
+    owner, outsider, settings, sent_jobs
+):
+    """The outside check's probe: one matter's dozen queued interactive calls kept another
+    matter's 5-line batch at 0 lines sent for 45 s (and could until its expiry). Interactive
+    first within a matter; between matters, the queue's priorities and the worker's passes."""
+    settings.PATHFINDER_BATCH_MAX_QUEUED = 8
+    for _ in range(12):
+        job_submit(matter=outsider.key.matter, api_key=outsider.key, **INTERACTIVE)
+    file_id = upload(owner, "\n".join(line(f"d{i}") for i in range(5))).json()["id"]
+    batch_id = create(owner, file_id).json()["id"]
+    batches.batches_advance()
+    ours = GenerationJob.objects.filter(batch_line__batch_id=batch_id)
+    assert ours.filter(enqueued_at__isnull=False).count() == 5
+    # A call of the batch's own matter does hold its next lines back.
+    file_id = upload(owner, "\n".join(line(f"e{i}") for i in range(2))).json()["id"]
+    second = create(owner, file_id).json()["id"]
+    job_submit(matter=owner.key.matter, api_key=owner.key, **INTERACTIVE)
+    batches.batches_advance()
+    held = GenerationJob.objects.filter(batch_line__batch_id=second)
+    assert held.count() == 2 and not held.filter(enqueued_at__isnull=False).exists()
