@@ -210,9 +210,10 @@ def _read_zip(data: bytes, check: Check) -> list[tuple[str, bytes]] | None:
     except Exception as exc:  # hostile input: any parser error is a finding, not a crash
         check.fail(f"not a readable zip file ({type(exc).__name__}: {exc})")
         return None
-    # Stored members that do not overlap fit in the file: a central directory that names one
-    # member's bytes many times over (a few MB claiming GBs) is refused before anything is read.
-    declared = sum(max(info.file_size, info.compress_size) for info in infos)
+    # Members that do not overlap fit in the file: a central directory that names one member's
+    # bytes many times over (a few MB claiming GBs) is refused before anything is read. (A
+    # deflate bomb's few compressed bytes fit; it is refused below, as compressed.)
+    declared = sum(info.compress_size for info in infos)
     if declared > len(data):
         check.fail(
             f"its {len(infos)} members declare {declared} bytes, more than the zip's "
