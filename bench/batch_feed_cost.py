@@ -61,7 +61,11 @@ def measure(sizes: list[int], database: str) -> list[dict]:
                 for i, body in enumerate(requests_for(size, 32))
             )  # fmt: skip
             stored = batches.file_upload(
-                matter=matter, api_key=key, filename="b.jsonl", data=text.encode(), purpose="batch"
+                matter=matter,
+                api_key=key,
+                filename="b.jsonl",
+                content=[text.encode()],
+                purpose="batch",
             )
             batch = batches.batch_create(
                 matter=matter,

@@ -75,18 +75,19 @@ def admit_replay(*, user) -> None:
 
 
 def is_batch_line(job_id) -> bool:
-    """Whether the job is a batch line (decoding.batches): below every interactive job in the
-    queue, and in a worker's passes (decoding.engine.providers.llamacpp_batch)."""
+    """Whether the job is a batch line (decoding.batches): behind its matter's calls in the
+    queue, and behind interactive jobs in a worker's passes
+    (decoding.engine.providers.llamacpp_batch)."""
     return BatchLine.objects.filter(job_id=job_id).exists()
 
 
 def queue_priority(job: GenerationJob) -> int:
     """The job's place in the queue: how many other interactive jobs of its matter are queued or
     running (fewer go first), so a matter with a backlog cannot hold back another's first job by
-    more than about one job. A batch line takes the last place, below every interactive job."""
+    more than about one job. A batch line goes one place behind its matter's next call: behind
+    its own matter's calls (which the feeder also waits for), and between matters in turn like
+    any call, so no matter's load, however steady, holds another's batch back for good."""
     lowest = settings.PATHFINDER_QUEUE_PRIORITIES - 1  # Redis: 0 goes first
-    if is_batch_line(job.pk):
-        return lowest
     in_flight = (
         interactive_jobs()
         .filter(matter_id=job.matter_id)
@@ -94,6 +95,8 @@ def queue_priority(job: GenerationJob) -> int:
         .exclude(pk=job.pk)
         .count()
     )
+    if is_batch_line(job.pk):
+        return min(in_flight + 1, lowest)
     return min(in_flight, lowest - 1)
 
 

@@ -6,30 +6,34 @@ Every step is a row change in the database, done under the batch row's lock and 
 next `batches_advance` (beat, every 5 s; a kick on create and cancel) or `job_ended` (a
 worker, as each line's job ends): a restart of any process loses nothing and runs no line twice.
 
-Fair share: lines are stored queued but not sent, and the feeder sends them, lowest priority,
-only while no interactive job is queued and fewer than PATHFINDER_BATCH_MAX_QUEUED lines are
-sent and unfinished, taking the matters' batches in turn. So they never count against
-PATHFINDER_MATTER_MAX_QUEUED (admission), and an interactive call never waits behind them in
-the queue.
+Fair share: lines are stored queued but not sent, and the feeder sends them only while no
+interactive job of their own matter is queued and fewer than PATHFINDER_BATCH_MAX_QUEUED lines
+are sent and unfinished, taking the matters' batches in turn; each goes into the queue one place
+behind its matter's next call (admission.queue_priority). So they never count against
+PATHFINDER_MATTER_MAX_QUEUED, a call never waits behind its own matter's lines, and between
+matters a line takes its turn like any call.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 
 from celery import current_app
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import Count, Exists, OuterRef, ProtectedError, Q
+from django.db.models import Count, Exists, OuterRef, ProtectedError, Q, Sum
 from django.utils import timezone
 
-from decoding import admission, delivery, events, lifecycle, services
+from decoding import admission, batch_files, delivery, events, lifecycle, services
 from decoding.job_input import InvalidInput
 from decoding.models import ApiKey, Batch, BatchFile, BatchLine, GenerationJob, Matter
+from decoding.selectors import jobs_with_trails
 from decoding.web.openai_api import batch_shapes
 from decoding.web.openai_api.batch_lines import (
     ENDPOINTS,
@@ -53,6 +57,14 @@ class FileTooLarge(Exception):
     """An upload over PATHFINDER_BATCH_MAX_FILE_BYTES (413, naming `file`)."""
 
 
+class StorageQuotaExceeded(Exception):
+    """The matter's files would pass PATHFINDER_MATTER_STORAGE_BYTES (413, naming it)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 class FileInUse(Exception):
     """A batch names the file (409): it is kept as long as the batch."""
 
@@ -62,46 +74,89 @@ class BatchEnded(Exception):
 
 
 def file_upload(
-    *, matter: Matter, api_key: ApiKey | None, filename: str, data: bytes, purpose: str
+    *,
+    matter: Matter,
+    api_key: ApiKey | None,
+    filename: str,
+    content: Iterable[bytes],
+    purpose: str,
 ) -> BatchFile:
-    """Store a batch input file once it passes the file's own checks: UTF-8 JSONL, within the
-    limits, each custom_id once. InvalidInput (or FileTooLarge) names what to fix; nothing is
-    stored then. Each line's request is checked when the batch runs it."""
+    """Store a batch input file, a part at a time as `content` is read, once it passes the
+    file's own checks: UTF-8 JSONL, within the limits, each custom_id once. InvalidInput (or
+    FileTooLarge) names what to fix; nothing is stored then. Each line's request is checked
+    when the batch runs it."""
     if purpose != BatchFile.Purpose.BATCH:
         raise InvalidInput("purpose", 'Must be "batch": Pathfinder keeps files for batches only.')
     limit = settings.PATHFINDER_BATCH_MAX_FILE_BYTES
-    if len(data) > limit:
-        raise FileTooLarge(f"file: the file is {len(data)} bytes; the limit is {limit}.")
-    try:
-        lines = input_lines(data)
-    except UnicodeDecodeError as exc:
-        raise InvalidInput("file", f"Not UTF-8 text (byte {exc.start}).") from exc
-    if not lines:
-        raise InvalidInput("file", "The file has no lines: one JSON request per line.")
-    most = settings.PATHFINDER_BATCH_MAX_LINES
-    if len(lines) > most:
-        raise InvalidInput("file", f"The file has {len(lines)} lines; the limit is {most}.")
-    first_seen: dict[str, int] = {}
-    for number, text in lines:
-        custom_id = custom_id_of(text)
-        if custom_id is None:
-            continue
-        if custom_id in first_seen:
-            raise InvalidInput(
-                "file",
-                f"Line {number} repeats custom_id {custom_id!r} of line {first_seen[custom_id]}; "
-                "each must be unique within the file.",
-            )
-        first_seen[custom_id] = number
-    return BatchFile.objects.create(
-        matter=matter,
-        api_key=api_key,
-        purpose=purpose,
-        filename=filename[:255] or "batch.jsonl",
-        content=data,
-        bytes=len(data),
-        line_count=len(lines),
+    left = storage_left(matter)
+    with transaction.atomic():
+        writer = batch_files.FileWriter(
+            matter=matter,
+            api_key=api_key,
+            purpose=purpose,
+            filename=filename[:255] or "batch.jsonl",
+        )
+
+        def stored_as_read():
+            chunks = iter(content)
+            for chunk in chunks:
+                writer.write(chunk)
+                if writer.file.bytes > limit:  # the rest is counted, not kept
+                    size = writer.file.bytes + sum(len(rest) for rest in chunks)
+                    raise FileTooLarge(f"file: the file is {size} bytes; the limit is {limit}.")
+                if writer.file.bytes > left:
+                    raise _quota_exceeded("file", matter, f"the file is over the {left} bytes left")
+                yield chunk
+
+        count = _checked_lines(batch_files.text_lines(stored_as_read()))
+        return writer.close(line_count=count)
+
+
+def storage_left(matter: Matter) -> int:
+    """Bytes the matter's files may still take under PATHFINDER_MATTER_STORAGE_BYTES. Uploads
+    stop at it; a batch's output is written whole however large (it records work done and
+    audited) and may pass it, after which the matter uploads and starts nothing more."""
+    used = BatchFile.objects.filter(matter=matter).aggregate(total=Sum("bytes"))["total"] or 0
+    return settings.PATHFINDER_MATTER_STORAGE_BYTES - used
+
+
+def _quota_exceeded(field: str, matter: Matter, why: str) -> StorageQuotaExceeded:
+    quota = settings.PATHFINDER_MATTER_STORAGE_BYTES
+    used = quota - storage_left(matter)
+    return StorageQuotaExceeded(
+        field,
+        f"{field}: {why}: this matter's files hold {used} bytes of its "
+        f"PATHFINDER_MATTER_STORAGE_BYTES ({quota}). Delete input files no batch names, or ask "
+        "the operator for more.",
     )
+
+
+def _checked_lines(lines: Iterator[tuple[int, str]]) -> int:
+    """How many lines the input has, once every line is UTF-8, there are some and not too
+    many, and no custom_id repeats (else InvalidInput naming the line)."""
+    most = settings.PATHFINDER_BATCH_MAX_LINES
+    first_seen: dict[str, int] = {}
+    count = 0
+    try:
+        for number, text in lines:
+            count += 1
+            custom_id = custom_id_of(text)
+            if custom_id is None or count > most:  # past the limit, lines are only counted
+                continue
+            if custom_id in first_seen:
+                raise InvalidInput(
+                    "file",
+                    f"Line {number} repeats custom_id {custom_id!r} of line "
+                    f"{first_seen[custom_id]}; each must be unique within the file.",
+                )
+            first_seen[custom_id] = number
+    except batch_files.NotUtf8 as exc:
+        raise InvalidInput("file", f"Not UTF-8 text (byte {exc.offset}).") from exc
+    if not count:
+        raise InvalidInput("file", "The file has no lines: one JSON request per line.")
+    if count > most:
+        raise InvalidInput("file", f"The file has {count} lines; the limit is {most}.")
+    return count
 
 
 def file_delete(*, stored: BatchFile) -> None:
@@ -116,13 +171,6 @@ def file_delete(*, stored: BatchFile) -> None:
         raise FileInUse(f"the file is a file of batch {batch.pk}, and is kept with it") from exc
     except IntegrityError as exc:  # a batch named it between Django's look and the DELETE
         raise FileInUse("a batch now names the file, and it is kept with it") from exc
-
-
-def input_lines(data: bytes) -> list[tuple[int, str]]:
-    """(1-based line number, text) of each line that is not blank; a UTF-8 byte-order mark
-    before the first line (Notepad's, PowerShell 5's) is not part of it."""
-    text = data.decode("utf-8-sig")
-    return [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
 
 
 def batch_create(
@@ -140,25 +188,31 @@ def batch_create(
     window = COMPLETION_WINDOWS.get(completion_window)
     if window is None:
         raise InvalidInput("completion_window", 'Only "24h" is supported.')
-    input_file = (
-        BatchFile.objects.filter(matter=matter, pk=input_file_id, purpose=BatchFile.Purpose.BATCH)
-        .only("pk")
-        .first()
-    )
-    if input_file is None:
-        raise InvalidInput(
-            "input_file_id", f"No batch input file {input_file_id!r} in this matter."
+    if storage_left(matter) <= 0:  # its output and error files would have nowhere to go
+        raise _quota_exceeded("input_file_id", matter, "no room is left for the batch's output")
+    with transaction.atomic():
+        # Locked: a delete of the file racing this create waits for it and then finds the file
+        # in use (409), or wins and this create finds no file (400); never a broken reference.
+        input_file = (
+            BatchFile.objects.select_for_update()
+            .filter(matter=matter, pk=input_file_id, purpose=BatchFile.Purpose.BATCH)
+            .only("pk")
+            .first()
         )
-    batch = Batch.objects.create(
-        matter=matter,
-        api_key=api_key,
-        endpoint=endpoint,
-        input_file=input_file,
-        completion_window=completion_window,
-        metadata=metadata,
-        expires_at=timezone.now() + window,
-    )
-    transaction.on_commit(kick)
+        if input_file is None:
+            raise InvalidInput(
+                "input_file_id", f"No batch input file {input_file_id!r} in this matter."
+            )
+        batch = Batch.objects.create(
+            matter=matter,
+            api_key=api_key,
+            endpoint=endpoint,
+            input_file=input_file,
+            completion_window=completion_window,
+            metadata=metadata,
+            expires_at=timezone.now() + window,
+        )
+        transaction.on_commit(kick)
     return batch
 
 
@@ -265,9 +319,10 @@ def job_ended(job_id) -> None:
 
 def _expand(batch_id: str, deadline: float) -> int:
     """Make the batch's next lines BatchLines (a job, or the endpoint's refusal), _CHUNK to a
-    transaction, resuming at lines_expanded; in_progress once every line is one."""
-    input_file = Batch.objects.values_list("input_file_id", flat=True).get(pk=batch_id)
-    lines = input_lines(bytes(BatchFile.objects.get(pk=input_file).content))
+    transaction, resuming at lines_expanded; in_progress once every line is one. The input is
+    read a part at a time, from where the batch stands."""
+    input_file = Batch.objects.select_related("input_file").get(pk=batch_id).input_file
+    lines, position = iter(()), None
     made = 0
     while True:  # at least one chunk, however little of the budget is left
         with transaction.atomic():
@@ -275,18 +330,23 @@ def _expand(batch_id: str, deadline: float) -> int:
             if batch.status != Status.VALIDATING:
                 return made
             start = batch.lines_expanded
+            if start != position:  # first time, or another advance moved it: read from there
+                all_lines = batch_files.text_lines(batch_files.pieces(input_file))
+                lines = itertools.islice(all_lines, start, None)
+            chunk = list(itertools.islice(lines, _CHUNK))
+            position = start + len(chunk)
             refused = [
                 refusal
-                for number, text in lines[start : start + _CHUNK]
+                for number, text in chunk
                 if (refusal := _line_create(batch, number, text)) is not None
             ]
-            batch.lines_expanded = min(start + _CHUNK, len(lines))
-            made += batch.lines_expanded - start
+            batch.lines_expanded = position
+            made += len(chunk)
             fields = ["lines_expanded"]
             if refused:  # OpenAI numbers a batch's line errors in errors.data[].line
                 batch.errors = batch_shapes.line_errors(batch.errors, refused)
                 fields.append("errors")
-            if batch.lines_expanded == len(lines):
+            if batch.lines_expanded >= input_file.line_count:
                 batch.status, batch.in_progress_at = Status.IN_PROGRESS, timezone.now()
                 fields += ["status", "in_progress_at"]
             batch.save(update_fields=fields)
@@ -359,9 +419,9 @@ def batches_feed() -> int:
     """Send the next batch lines, while fewer than PATHFINDER_BATCH_MAX_QUEUED lines are sent and
     unfinished: one line of each matter with a batch in progress in turn (its oldest batch's
     first line first), skipping a matter with an interactive job of its own queued (interactive
-    first within a matter). Another matter's queued calls hold nothing back here: they are ahead
-    in the queue (a line goes at the lowest priority) and in the worker's passes, so one matter's
-    load cannot keep another's batch at zero lines. Returns how many."""
+    first within a matter). Another matter's queued calls hold nothing back here, and in the queue
+    a line takes its matter's turn (admission.queue_priority), so one matter's load, however
+    steady, cannot keep another's batch waiting for good. Returns how many."""
     with transaction.atomic():
         # Locks the batches in progress, so two feeders count and send in turn.
         active = list(
@@ -438,67 +498,110 @@ def _closable() -> list[str]:
 
 
 def _close(batch_id: str) -> int:
-    """Write the batch's output and error files and end it: completed, cancelled or expired."""
+    """Write the batch's output and error files and end it: completed, cancelled or expired.
+    The files are written a page of lines at a time (a fixed number of queries per page) without
+    the batch's lock, which is taken only to record the end, and only if the batch is still as
+    it was read (a cancel or an expiry meanwhile: everything is rolled back, and the next
+    advance closes it afresh)."""
+    batch = Batch.objects.select_related("input_file").get(pk=batch_id)
+    if batch.status not in _CLOSING or _unfinished_jobs(batch_id).exists():
+        return 0
+    ending, stamp = _ending(batch)
     with transaction.atomic():
-        batch = Batch.objects.select_for_update().get(pk=batch_id)
-        if batch.status not in _CLOSING or _unfinished_jobs(batch_id).exists():
+        output = batch_files.FileWriter(**_output_fields(batch, "output"))
+        errors = batch_files.FileWriter(**_output_fields(batch, "errors"))
+        done = failed = 0
+        for page in _line_pages(batch):
+            for line in page:
+                if batch_shapes.succeeded(line):
+                    output.write(_jsonl(batch_shapes.output_line(line)))
+                    done += 1
+                else:
+                    errors.write(_jsonl(batch_shapes.error_line(line, ending)))
+                    failed += 1
+        never_made = 0
+        for number, text in _unread_lines(batch):
+            row = batch_shapes.never_made_line(batch, number, custom_id_of(text), ending)
+            errors.write(_jsonl(row))
+            never_made += 1
+        locked = Batch.objects.select_for_update().get(pk=batch_id)
+        changed = _ending(locked) != (ending, stamp) or locked.status not in _CLOSING
+        if changed or _unfinished_jobs(batch_id).exists():
+            transaction.set_rollback(True)  # changed meanwhile: the files go with it
             return 0
+        locked.output_file = _kept(output, done)
+        locked.error_file = _kept(errors, failed + never_made)
         now = timezone.now()
-        if batch.failed_at is not None:
-            ending, stamp = Status.FAILED, "failed_at"
-        elif batch.status == Status.CANCELLING:
-            ending, stamp = Status.CANCELLED, "cancelled_at"
-        elif batch.expired_at is not None:
-            ending, stamp = Status.EXPIRED, "expired_at"
-        else:
-            ending, stamp = Status.COMPLETED, "completed_at"
-        lines = list(
-            BatchLine.objects.filter(batch=batch)
-            .select_related("batch", "job", "job__model_spec")
-            .order_by("line")
-        )
-        done = [line for line in lines if batch_shapes.succeeded(line)]
-        failed = [line for line in lines if not batch_shapes.succeeded(line)]
-        batch.output_file = _output_file(
-            batch, "output", [batch_shapes.output_line(x) for x in done]
-        )
-        never_made = [
-            batch_shapes.never_made_line(batch, number, custom_id_of(text), ending)
-            for number, text in _unread_lines(batch)
-        ]
-        batch.error_file = _output_file(
-            batch, "errors", [batch_shapes.error_line(x, ending) for x in failed] + never_made
-        )
-        batch.status = ending
-        batch.finalizing_at = batch.finalizing_at or now
-        setattr(batch, stamp, getattr(batch, stamp) or now)
-        batch.save()
+        locked.status = ending
+        locked.finalizing_at = locked.finalizing_at or now
+        setattr(locked, stamp, getattr(locked, stamp) or now)
+        locked.save()
+    failed += never_made
     logger.info("batch ended", extra={"batch_id": batch_id, "status": ending,
-                                      "completed": len(done), "failed": len(failed)})  # fmt: skip
+                                      "completed": done, "failed": failed})  # fmt: skip
     return 1
 
 
-def _unread_lines(batch: Batch) -> list[tuple[int, str]]:
+def _ending(batch: Batch) -> tuple[str, str]:
+    """The status a draining batch ends in, and the stamp that says when."""
+    if batch.failed_at is not None:
+        return Status.FAILED, "failed_at"
+    if batch.status == Status.CANCELLING:
+        return Status.CANCELLED, "cancelled_at"
+    if batch.expired_at is not None:
+        return Status.EXPIRED, "expired_at"
+    return Status.COMPLETED, "completed_at"
+
+
+_CLOSE_PAGE = 500  # lines shaped per page: three queries (lines and jobs, trails, answers)
+
+
+def _line_pages(batch: Batch) -> Iterator[list[BatchLine]]:
+    """The batch's lines in order, a page at a time, each job with its trail and answer."""
+    last = 0
+    while True:
+        page = list(
+            BatchLine.objects.filter(batch=batch, line__gt=last)
+            .select_related("job", "job__model_spec")
+            .order_by("line")[:_CLOSE_PAGE]
+        )
+        if not page:
+            return
+        jobs_with_trails(line.job for line in page if line.job is not None)
+        for line in page:
+            line.batch = batch
+        yield page
+        last = page[-1].line
+
+
+def _unread_lines(batch: Batch) -> Iterator[tuple[int, str]]:
     """The input's lines the batch ended before making into BatchLines (a cancel, expiry or
     failure while validating)."""
     if batch.lines_expanded >= batch.input_file.line_count:
-        return []  # every line was read: the input need not be
-    return input_lines(bytes(batch.input_file.content))[batch.lines_expanded :]
+        return iter(())  # every line was read: the input need not be
+    lines = batch_files.text_lines(batch_files.pieces(batch.input_file))
+    return itertools.islice(lines, batch.lines_expanded, None)
 
 
-def _output_file(batch: Batch, kind: str, rows: list[dict]) -> BatchFile | None:
-    if not rows:
+def _output_fields(batch: Batch, kind: str) -> dict:
+    return {
+        "matter_id": batch.matter_id,
+        "api_key_id": batch.api_key_id,
+        "purpose": BatchFile.Purpose.BATCH_OUTPUT,
+        "filename": f"{batch.pk}_{kind}.jsonl",
+    }
+
+
+def _jsonl(row: dict) -> bytes:
+    return (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _kept(writer: batch_files.FileWriter, lines: int) -> BatchFile | None:
+    """The file written, or None (and no file) when it has no line: OpenAI's null file id."""
+    if not lines:
+        writer.file.delete()
         return None
-    data = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode("utf-8")
-    return BatchFile.objects.create(
-        matter_id=batch.matter_id,
-        api_key_id=batch.api_key_id,
-        purpose=BatchFile.Purpose.BATCH_OUTPUT,
-        filename=f"{batch.pk}_{kind}.jsonl",
-        content=data,
-        bytes=len(data),
-        line_count=len(rows),
-    )
+    return writer.close(line_count=lines)
 
 
 def request_counts(batch: Batch) -> dict:

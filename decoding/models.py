@@ -311,8 +311,8 @@ def _batch_id() -> str:
 
 class BatchFile(models.Model):
     """A file of OpenAI's Files API: an uploaded batch input (JSONL), or a batch's output or
-    error file, written once when its batch ends. Kept whole in the database, as the trails are:
-    an input is evidence of what was asked."""
+    error file, written once when its batch ends. Kept in the database, as the trails are (an
+    input is evidence of what was asked), in parts (BatchFilePart, decoding.batch_files)."""
 
     class Purpose(models.TextChoices):
         BATCH = "batch"
@@ -325,7 +325,6 @@ class BatchFile(models.Model):
     )
     purpose = models.CharField(max_length=16, choices=Purpose.choices)
     filename = models.CharField(max_length=255)
-    content = models.BinaryField()
     bytes = models.PositiveBigIntegerField()
     line_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -338,9 +337,26 @@ class BatchFile(models.Model):
         return f"{self.id} ({self.filename})"
 
 
+class BatchFilePart(models.Model):
+    """A piece of a file's bytes, in order from index 0: a file is read and written a part at a
+    time, so no step holds it whole and no file meets PostgreSQL's 1 GiB limit on one value."""
+
+    file = models.ForeignKey(BatchFile, on_delete=models.CASCADE, related_name="parts")
+    index = models.PositiveIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["file", "index"], name="decoding_batchfilepart_index")
+        ]
+
+    def __str__(self) -> str:
+        return f"part {self.index} of {self.file_id}"
+
+
 class Batch(models.Model):
     """A batch of OpenAI's Batch API: each line of its input file becomes an ordinary job with its
-    own trail (BatchLine), fed to the workers below every interactive call (decoding.batches)."""
+    own trail (BatchLine), fed to the workers behind its matter's calls (decoding.batches)."""
 
     class Status(models.TextChoices):
         VALIDATING = "validating"

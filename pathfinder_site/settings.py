@@ -233,6 +233,9 @@ PATHFINDER_REVIEWER_MAX_REPLAYS = env_int("PATHFINDER_REVIEWER_MAX_REPLAYS", 2, 
 PATHFINDER_BATCH_MAX_QUEUED = env_int("PATHFINDER_BATCH_MAX_QUEUED", 1, minimum=1)
 PATHFINDER_BATCH_MAX_LINES = env_int("PATHFINDER_BATCH_MAX_LINES", 50_000, minimum=1)
 PATHFINDER_BATCH_MAX_FILE_BYTES = env_int("PATHFINDER_BATCH_MAX_FILE_BYTES", 200 << 20, minimum=1)
+# The bytes one matter's files (its uploads and its batches' output and error files) may hold in
+# the database; past it an upload or a new batch is a 413 naming it (decoding.batches).
+PATHFINDER_MATTER_STORAGE_BYTES = env_int("PATHFINDER_MATTER_STORAGE_BYTES", 10 << 30, minimum=1)
 # How long POST /v1/completions and /v1/chat/completions wait for a non-streamed job.
 PATHFINDER_SYNC_TIMEOUT_S = env_int("PATHFINDER_SYNC_TIMEOUT_S", 300, minimum=1)
 

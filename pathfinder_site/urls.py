@@ -4,6 +4,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from audit import views as log_views
+from decoding.web.openai_api.batch_views import UploadAuthorization
 from pathfinder_site import views as ops
 from pathfinder_site.mfa import mfa
 
@@ -17,6 +18,12 @@ urlpatterns = [
     path("metrics", ops.metrics, name="metrics"),
     path("api/v1/", include("decoding.web.api.urls")),
     path("v1/", include("decoding.web.openai_api.urls")),
+    # The edge asks this with an upload's headers before it reads the body (docs/adr/0027).
+    path(
+        "edge/upload-authorization",
+        UploadAuthorization.as_view(),
+        name="edge-upload-authorization",
+    ),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("admin/", admin.site.urls),

@@ -125,7 +125,7 @@ def test_a_batch_that_faults_anyway_fails_alone_with_a_reason(where, owner, outs
     ours = create(owner, upload(owner, line("a") + "\n" + line("b") + "\n").json()["id"]).json()
     theirs = create(outsider, upload(outsider, line("theirs") + "\n").json()["id"]).json()["id"]
     ours = ours["id"]
-    step = "_line_create" if where == "making its lines" else "_output_file"
+    step = "_line_create" if where == "making its lines" else "_output_fields"
     real = getattr(batches, step)
 
     def refused_for_ours(batch, *args):

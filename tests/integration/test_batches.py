@@ -67,7 +67,7 @@ def run_to_end(batch_id: str) -> None:
 def content(app, file_id) -> list[dict]:
     response = app.api.get(f"/v1/files/{file_id}/content")
     assert response.status_code == 200
-    return [json.loads(row) for row in response.content.decode().splitlines()]
+    return [json.loads(row) for row in response.getvalue().decode().splitlines()]
 
 
 def test_every_line_is_a_job_with_its_own_trail_and_the_output_is_openai_shaped(owner):
@@ -287,7 +287,7 @@ def test_an_interactive_jobs_end_sends_the_line_its_queueing_held_off(owner, set
     assert sent() == [True, True, False]
 
 
-def test_a_line_goes_out_below_every_interactive_job(
+def test_a_line_goes_out_behind_its_own_matters_calls(
     owner, sent_jobs, django_capture_on_commit_callbacks
 ):
     file_id = upload(owner, line("a")).json()["id"]
@@ -297,8 +297,29 @@ def test_a_line_goes_out_below_every_interactive_job(
         job, _ = job_submit(matter=owner.key.matter, api_key=owner.key, **INTERACTIVE)
     line_job = BatchLine.objects.get().job
     priorities = dict(zip(sent_jobs, sent_jobs.priorities, strict=True))
-    assert priorities[str(line_job.pk)] == 9
-    assert priorities[str(job.pk)] < 9
+    assert priorities[str(job.pk)] < priorities[str(line_job.pk)]
+
+
+def test_another_matters_sustained_calls_never_hold_a_sent_line_back_for_good(
+    owner, outsider, sent_jobs, django_capture_on_commit_callbacks
+):
+    """Issue 41, item 4: between matters, fair share. One matter keeping a dozen calls queued
+    sends each new one behind its backlog; another matter's line goes in at that matter's own
+    place (its next job), so the queue, which takes the lowest number first and in order within
+    a number, serves the line before every call the busy matter sends after it. Before: the
+    line took the last place of all, behind every call that would ever come."""
+    with django_capture_on_commit_callbacks(execute=True):
+        for _ in range(12):
+            job_submit(matter=outsider.key.matter, api_key=outsider.key, **INTERACTIVE)
+        create(owner, upload(owner, line("a")).json()["id"])
+        batches.batches_advance()
+        later = [
+            job_submit(matter=outsider.key.matter, api_key=outsider.key, **INTERACTIVE)[0]
+            for _ in range(5)
+        ]
+    priorities = dict(zip(sent_jobs, sent_jobs.priorities, strict=True))
+    ours = priorities[str(BatchLine.objects.get().job_id)]
+    assert all(ours < priorities[str(job.pk)] for job in later), (ours, priorities)
 
 
 def test_a_workers_pass_holds_a_line_back_for_an_interactive_job_but_not_the_reverse(

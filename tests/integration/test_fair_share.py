@@ -138,7 +138,7 @@ def test_a_matter_with_fewer_jobs_in_flight_is_sent_at_a_higher_priority(
             submit(owner)
     with django_capture_on_commit_callbacks(execute=True):
         other = submit(outsider)
-    # The last step, 9, is kept for batch lines (decoding.batches): below every interactive job.
+    # The last step, 9, only a batch line reaches: one place behind a matter with 8 calls.
     assert sent_jobs.priorities[:12] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 8]
     assert (sent_jobs[-1], sent_jobs.priorities[-1]) == (str(other.id), 0)  # Redis: 0 goes first
 

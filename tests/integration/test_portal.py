@@ -721,7 +721,7 @@ def _finished_batch(owner):
     line = {"custom_id": "a", "method": "POST", "url": "/v1/completions",
             "body": {"model": "stub", "prompt": [1, 2, 3], "max_tokens": 4}}  # fmt: skip
     stored = batches.file_upload(matter=owner.key.matter, api_key=owner.key, filename="a.jsonl",
-                                 data=json.dumps(line).encode(), purpose="batch")  # fmt: skip
+                                 content=[json.dumps(line).encode()], purpose="batch")  # fmt: skip
     batch = batches.batch_create(matter=owner.key.matter, api_key=owner.key,
                                  input_file_id=stored.pk, endpoint="/v1/completions",
                                  completion_window="24h")  # fmt: skip

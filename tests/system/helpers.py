@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +125,27 @@ def start_process(
             start_new_session=True,
         )
     return Process(name=name, popen=popen, log_path=log_path)
+
+
+def start_web_and_front(
+    name: str, env: dict[str, str], log_dir: Path
+) -> tuple[Process, int, Process, int]:
+    """One gunicorn web process (gunicorn.conf.py) and the front before it, as `manage.py serve`
+    runs them: (gunicorn, its port, the front, its port)."""
+    web_port, front_port = free_port(), free_port()
+    web = start_process(
+        f"gunicorn-{name}",
+        [sys.executable, "-m", "gunicorn", "pathfinder_site.wsgi:application", "--bind",
+         f"127.0.0.1:{web_port}", "--workers", "1", "--config", "gunicorn.conf.py"],
+        {**env, "PATHFINDER_TRUSTED_PROXIES": "127.0.0.1"}, log_dir,
+    )  # fmt: skip
+    front = start_process(
+        f"front-{name}",
+        [sys.executable, "-m", "pathfinder_site.front", "--bind", f"127.0.0.1:{front_port}",
+         "--upstream", f"127.0.0.1:{web_port}"],
+        env, log_dir,
+    )  # fmt: skip
+    return web, web_port, front, front_port
 
 
 def wait_until_healthy(base_url: str, processes: list[Process], timeout: float = STARTUP_TIMEOUT_S):
@@ -322,3 +344,84 @@ def forget_queue(broker: str, queue: str) -> None:
             client.delete(*keys)
     finally:
         client.close()
+
+
+# --- The edge's attacks (test_edge_attacks.py, bench/edge.py) ---------------------------------
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of the largest process in pid's tree (a master and its workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    largest, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        todo += children.get(current, [])
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    largest = max(largest, int(line.split()[1]) * 1024)
+    return largest
+
+
+class RssWatch:
+    """The most resident memory any watched process tree reached while the block ran."""
+
+    def __init__(self, pids: dict[str, int]):
+        self.pids, self.most = pids, dict.fromkeys(pids, 0)
+        self.stopping = threading.Event()
+
+    def __enter__(self):
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+        return self
+
+    def _watch(self):
+        while not self.stopping.wait(0.05):
+            for name, pid in self.pids.items():
+                self.most[name] = max(self.most[name], tree_rss(pid))
+
+    def __exit__(self, *exc):
+        self.stopping.set()
+        self.thread.join()
+
+
+def batch_file_of(size: int) -> bytes:
+    """A valid batch input of about `size` bytes (unique custom_ids, chat requests)."""
+    lines, total, number = [], 0, 0
+    while total < size:
+        line = json.dumps({
+            "custom_id": f"r{number}", "method": "POST", "url": "/v1/chat/completions",
+            "body": {"model": "smollm2-135m-instruct", "max_tokens": 4,
+                     "messages": [{"role": "user", "content": "x" * 900}]},
+        }) + "\n"  # fmt: skip
+        lines.append(line)
+        total += len(line)
+        number += 1
+    return "".join(lines).encode()
+
+
+def stalled_download(port: int, path: str, key: str) -> socket.socket:
+    """A client that asks for a download and then reads nothing."""
+    connection = socket.socket()
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    connection.connect(("127.0.0.1", port))
+    connection.sendall(
+        f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n".encode()
+    )
+    return connection
+
+
+def received_until_closed(connection: socket.socket, most: int) -> int:
+    """Read what the socket still holds, fast, until the edge's close (or `most` bytes)."""
+    connection.settimeout(5)
+    total = 0
+    with contextlib.suppress(OSError):
+        while total < most and (data := connection.recv(1 << 20)):
+            total += len(data)
+    connection.close()
+    return total

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import sys
 import time
 
 import pytest
 import requests
 
-from .helpers import Stack, auth, free_port, start_process, stop_all, wait_until_healthy
+from .helpers import Stack, auth, start_web_and_front, stop_all, wait_until_healthy
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 
@@ -25,19 +24,7 @@ MODEL = "smollm2-135m-instruct"
 @pytest.fixture
 def fronted(postgres_stack: Stack, tmp_path):
     """One gunicorn web process and a front before it: (the front's URL, gunicorn's URL)."""
-    web_port, front_port = free_port(), free_port()
-    web = start_process(
-        "gunicorn-slow",
-        [sys.executable, "-m", "gunicorn", "pathfinder_site.wsgi:application", "--bind",
-         f"127.0.0.1:{web_port}", "--workers", "1", "--config", "gunicorn.conf.py"],
-        postgres_stack.env, tmp_path,
-    )  # fmt: skip
-    front = start_process(
-        "front",
-        [sys.executable, "-m", "pathfinder_site.front", "--bind", f"127.0.0.1:{front_port}",
-         "--upstream", f"127.0.0.1:{web_port}"],
-        postgres_stack.env, tmp_path,
-    )  # fmt: skip
+    web, web_port, front, front_port = start_web_and_front("slow", postgres_stack.env, tmp_path)
     try:
         wait_until_healthy(f"http://127.0.0.1:{front_port}", [web, front])
         yield f"http://127.0.0.1:{front_port}", f"http://127.0.0.1:{web_port}", front_port, web_port

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from decoding import batches
+from decoding import batch_files, batches
 from decoding.job_input import InvalidInput
 from decoding.models import Batch, BatchFile, Matter
 from decoding.web.openai_api.batch_lines import ENDPOINTS
@@ -48,7 +48,7 @@ class Command(BaseCommand):
         matter, _ = Matter.objects.get_or_create(name=options["matter"])
         try:
             stored = batches.file_upload(
-                matter=matter, api_key=None, filename=path.name, data=data, purpose="batch"
+                matter=matter, api_key=None, filename=path.name, content=[data], purpose="batch"
             )
             batch = batches.batch_create(
                 matter=matter,
@@ -95,7 +95,9 @@ class Command(BaseCommand):
     def _write(self, file_id: str | None, target: Path) -> None:
         if file_id is None:
             return
-        target.write_bytes(bytes(BatchFile.objects.get(pk=file_id).content))
+        with open(target, "wb") as out:
+            for piece in batch_files.pieces(BatchFile.objects.get(pk=file_id)):
+                out.write(piece)
         self.stderr.write(f"wrote {target}")
 
 

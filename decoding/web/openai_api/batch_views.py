@@ -3,6 +3,7 @@
     POST /v1/files                   upload a batch input (multipart: file, purpose=batch)
     GET  /v1/files[/{id}[/content]]  list, retrieve, download (inputs, outputs, errors)
     DELETE /v1/files/{id}            delete a file no batch names
+    GET  /edge/upload-authorization  may this key upload? (the edge asks before reading a body)
     POST /v1/batches                 create a batch over an uploaded file
     GET  /v1/batches[/{id}]          list (cursor: after, limit), retrieve
     POST /v1/batches/{id}/cancel     cancel
@@ -12,7 +13,7 @@ The work is decoding.batches'; this shapes requests and answers.
 
 from __future__ import annotations
 
-from django.http import Http404, HttpResponse
+from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
@@ -21,9 +22,9 @@ from rest_framework import exceptions, serializers
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
-from decoding import batches
+from decoding import batch_files, batches
 from decoding.job_input import InvalidInput
-from decoding.models import Batch, BatchFile
+from decoding.models import ApiKey, Batch, BatchFile
 from decoding.storable import storable
 from decoding.web.api.fields import RefusesUnknownFields, StrictCharField
 from decoding.web.api.parsers import JSONParser
@@ -79,6 +80,15 @@ class FileTooLarge(exceptions.APIException):
     field = "file"
 
 
+class StorageQuotaExceeded(exceptions.APIException):
+    status_code = 413
+    default_code = "storage_quota_exceeded"
+
+    def __init__(self, exc: batches.StorageQuotaExceeded):
+        super().__init__(str(exc))
+        self.field = exc.field
+
+
 class Conflict(exceptions.APIException):
     status_code = 409
     default_code = "conflict"
@@ -108,11 +118,13 @@ class FileList(OpenAIView):
                 matter=request.auth.matter,
                 api_key=request.auth,
                 filename=upload.name or "",
-                data=upload.read(),
+                content=upload.chunks(),
                 purpose=data.validated_data["purpose"],
             )
         except batches.FileTooLarge as exc:
             raise FileTooLarge(str(exc)) from exc
+        except batches.StorageQuotaExceeded as exc:
+            raise StorageQuotaExceeded(exc) from exc
         return Response(file_object(stored))
 
     @extend_schema(
@@ -123,10 +135,24 @@ class FileList(OpenAIView):
     )
     def get(self, request):
         query = _page_input(request)
-        files = BatchFile.objects.filter(matter=request.auth.matter).defer("content")
+        files = BatchFile.objects.filter(matter=request.auth.matter)
         if query.get("purpose"):
             files = files.filter(purpose=query["purpose"])
         return Response(_page(files, query, file_object))
+
+
+class UploadAuthorization(OpenAIView):
+    """204 if the request's key may upload a file, else the 401 or 403 the upload would get.
+    The edge (pathfinder_site.front, or nginx's auth_request) asks with an upload's headers
+    before it reads the body, so a keyless 200 MB upload costs nothing. Not throttled: the
+    upload that follows is."""
+
+    required_scope = ApiKey.Scope.GENERATE
+    throttle_classes: list = []
+
+    @extend_schema(exclude=True)
+    def get(self, request):
+        return Response(status=204)
 
 
 class FileDetail(OpenAIView):
@@ -136,7 +162,7 @@ class FileDetail(OpenAIView):
         responses={200: FileOut, **errors(401, 403, 404, 429)},
     )
     def get(self, request, file_id: str):
-        return Response(file_object(_file(request, file_id, defer=True)))
+        return Response(file_object(_file(request, file_id)))
 
     @extend_schema(
         operation_id="files_delete",
@@ -144,7 +170,7 @@ class FileDetail(OpenAIView):
         responses={200: FileDeletedOut, **errors(401, 403, 404, 409, 429)},
     )
     def delete(self, request, file_id: str):
-        stored = _file(request, file_id, defer=True)
+        stored = _file(request, file_id)
         try:
             batches.file_delete(stored=stored)
         except batches.FileInUse as exc:
@@ -165,7 +191,11 @@ class FileContent(OpenAIView):
     )
     def get(self, request, file_id: str):
         stored = _file(request, file_id)
-        response = HttpResponse(bytes(stored.content), content_type="application/jsonl")
+        # Streamed a piece at a time: a 200 MB file never sits whole in a web process.
+        response = StreamingHttpResponse(
+            batch_files.pieces(stored), content_type="application/jsonl"
+        )
+        response["Content-Length"] = str(stored.bytes)
         # RFC 6266/5987: a quote or a non-Latin-1 name is escaped or given as filename*.
         response["Content-Disposition"] = content_disposition_header(True, stored.filename)
         return response
@@ -183,9 +213,12 @@ class BatchList(OpenAIView):
     def post(self, request):
         data = BatchCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
-        batch = batches.batch_create(
-            matter=request.auth.matter, api_key=request.auth, **data.validated_data
-        )
+        try:
+            batch = batches.batch_create(
+                matter=request.auth.matter, api_key=request.auth, **data.validated_data
+            )
+        except batches.StorageQuotaExceeded as exc:
+            raise StorageQuotaExceeded(exc) from exc
         return Response(batch_object(batch, batches.request_counts(batch)))
 
     @extend_schema(
@@ -231,9 +264,8 @@ class BatchCancel(OpenAIView):
         return Response(batch_object(batch, batches.request_counts(batch)))
 
 
-def _file(request, file_id: str, *, defer: bool = False) -> BatchFile:
-    files = BatchFile.objects.filter(matter=request.auth.matter)
-    found = (files.defer("content") if defer else files).filter(pk=file_id).first()
+def _file(request, file_id: str) -> BatchFile:
+    found = BatchFile.objects.filter(matter=request.auth.matter, pk=file_id).first()
     if found is None:
         raise Http404
     return found
