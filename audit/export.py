@@ -154,18 +154,22 @@ def carried_in_clear(payloads: list[dict], group: str) -> str | None:
     return None
 
 
-def texts_of(trail: Trail, records, withhold: Collection[str]) -> bundle.Texts:
+def texts_of(
+    trail: Trail, records, withhold: Collection[str], *, held: dict[str, str] | None = None
+) -> bundle.Texts:
     """The bound texts the service holds for the trail, each disclosed with its own salt, or
-    declared withheld (asked to, or not held: a trail no job row points at any more)."""
+    declared withheld (asked to, or not held: a trail no job row points at any more). `records`
+    are (seq, prev_hash, record_hash, payload[, kind, openings]) rows in seq order; `held`, the
+    texts held for it (held_texts), when the caller read them for many trails at once."""
     if trail.format_version < 2:
         return bundle.NO_TEXTS
-    payloads = [json.loads(payload) for *_, payload in records]
+    payloads = [json.loads(record[3]) for record in records]
     request = payloads[0] if payloads and binding.kind_of(payloads[0]) == binding.REQUEST else {}
     answer = payloads[-1] if payloads and binding.kind_of(payloads[-1]) == binding.ANSWER else None
     bound = list((request.get("prompt") or {}).get("digests") or {})
     if answer is not None:
         bound.extend(binding.answer_digests(answer))
-    held = _held_texts(trail)
+    held = held_texts([trail]).get(trail.id, {}) if held is None else held
     hidden = {name for group in withhold for name in WITHHOLDABLE[group]}
     disclosures: dict[str, dict] = {}
     for name in bound:
@@ -180,7 +184,8 @@ def texts_of(trail: Trail, records, withhold: Collection[str]) -> bundle.Texts:
         answered = "salt" in disclosures.get(binding.ANSWER_TEXT, {})
         # Asked to, or not held (a trail no job row points at any more): withheld either way.
         everything = all("salt" in entry for entry in disclosures.values())
-        disclosures.update(_slot_openings(trail, answered=answered, everything=everything))
+        opened = _slot_openings(trail, records, answered=answered, everything=everything)
+        disclosures.update(opened)
 
     def member(name: str) -> str:
         return held[name] if "salt" in disclosures.get(name, {}) else ""
@@ -188,7 +193,7 @@ def texts_of(trail: Trail, records, withhold: Collection[str]) -> bundle.Texts:
     return bundle.Texts(disclosures, member(binding.RENDERED), member(binding.ANSWER_TEXT))
 
 
-def _slot_openings(trail: Trail, *, answered: bool, everything: bool) -> dict[str, dict]:
+def _slot_openings(trail: Trail, records, *, answered: bool, everything: bool) -> dict[str, dict]:
     """The slots of a format-3 or 4 trail's decisions that a bundle opens, each with its salt
     and value.
 
@@ -201,8 +206,12 @@ def _slot_openings(trail: Trail, *, answered: bool, everything: bool) -> dict[st
     that copied its draft from another job: every number in them derives from the context, and
     from the other job's text (docs/adr/0026)."""
     opened: dict[str, dict] = {}
-    rows = DecisionRecord.objects.filter(trail=trail, kind=DecisionRecord.Kind.DECISION)
-    for payload, openings in rows.order_by("seq").values_list("payload", "openings"):
+    if records and len(records[0]) > 4:  # the rows carry each record's kind and openings
+        rows = [(r[3], r[5]) for r in records if r[4] == DecisionRecord.Kind.DECISION]
+    else:
+        decisions = DecisionRecord.objects.filter(trail=trail, kind=DecisionRecord.Kind.DECISION)
+        rows = decisions.order_by("seq").values_list("payload", "openings")
+    for payload, openings in rows:
         sealed, values = json.loads(payload), json.loads(openings or "{}")
         emitted = set(sealing.emitted_slots(sealed))
         source = sealing.open_decision(sealed, values).get("draft_source") or {}
@@ -219,14 +228,20 @@ def _slot_openings(trail: Trail, *, answered: bool, everything: bool) -> dict[st
     return opened
 
 
-def _held_texts(trail: Trail) -> dict[str, str]:
+def held_texts(trails: Collection[Trail]) -> dict[uuid.UUID, dict[str, str]]:
+    """The texts the service holds for each of the trails, in one read of the job rows: a
+    trail's are its job's while the job's row points at it (else it has none here)."""
     source = claims.source()
-    found = source.for_trails([str(trail.id)]) if source is not None else []
-    claim = next((c for c in found if c.job_id == str(trail.job_id)), None)
-    if claim is None:
-        return {}
-    texts = claim.question.texts()
-    if claim.answer is not None:
-        texts[binding.ANSWER_TEXT] = claim.answer.text
-        texts[binding.ANSWER_TOKEN_IDS] = chain.canonical_json(list(claim.answer.token_ids))
-    return texts
+    found = source.for_trails([str(t.id) for t in trails]) if source is not None else []
+    by_trail = {(claim.trail_id, claim.job_id): claim for claim in found}
+    texts_by: dict[uuid.UUID, dict[str, str]] = {}
+    for trail in trails:
+        claim = by_trail.get((str(trail.id), str(trail.job_id)))
+        if claim is None:
+            continue
+        texts = claim.question.texts()
+        if claim.answer is not None:
+            texts[binding.ANSWER_TEXT] = claim.answer.text
+            texts[binding.ANSWER_TOKEN_IDS] = chain.canonical_json(list(claim.answer.token_ids))
+        texts_by[trail.id] = texts
+    return texts_by
