@@ -8,8 +8,10 @@ A batch of `--lines` completions lines on the stub model (real jobs, real trails
 answer recorded), made and decoded once, in a git worktree of `--baseline` and a database of its
 own (`pathfinder_bench_close_<baseline>`); the baseline closes it (timed), the batch is reopened
 (in progress, no files), this revision's migrations run over the same rows, and this revision
-closes it (timed). Timed: the close alone (decoding.batches._close): seconds, database queries,
-the most Python memory it held (tracemalloc), and the queries made while it held the batch row's
+closes it (timed). `--reuse` closes again a batch an earlier run decoded (the database is
+migrated back to the baseline's schema first). Timed: the close alone (decoding.batches._close):
+seconds, database queries (counted on the connection), the most Python memory it held
+(tracemalloc, which slows both alike), and the queries and seconds while it held the batch row's
 lock (from its SELECT ... FOR UPDATE to the commit).
 """
 
@@ -66,40 +68,40 @@ def _decode(job_id) -> None:
 
 
 def measure_close(batch_id: str) -> dict:
-    """The close alone: seconds, queries, peak Python memory, queries under the batch's lock."""
+    """The close alone: seconds, queries, peak Python memory, queries under the batch's lock.
+    Queries are counted by a wrapper on the connection (Django's own log keeps only 9,000)."""
     from django.db import connection
-    from django.test.utils import CaptureQueriesContext
 
     from decoding import batches
     from decoding.models import Batch
 
+    seen = {"queries": 0, "locked_at": None, "locked_queries": 0}
+
+    def counting(execute, sql, params, many, context):
+        seen["queries"] += 1
+        if seen["locked_at"] is None and "FOR UPDATE" in sql and "decoding_batch" in sql:
+            seen["locked_at"] = time.perf_counter()  # the batch row's lock, held to the commit
+        if seen["locked_at"] is not None:
+            seen["locked_queries"] += 1
+        return execute(sql, params, many, context)
+
     tracemalloc.start()
-    with CaptureQueriesContext(connection) as queries:
+    with connection.execute_wrapper(counting):
         started = time.perf_counter()
         assert batches._close(batch_id) == 1
-        seconds = time.perf_counter() - started
+        ended_at = time.perf_counter()
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    captured = queries.captured_queries
-    # The batch row's lock: from its SELECT ... FOR UPDATE to the end of the close.
-    lock_at = next(
-        (
-            i
-            for i, q in enumerate(captured)
-            if "FOR UPDATE" in q["sql"] and "decoding_batch" in q["sql"]
-        ),
-        len(captured),
-    )
-    under_lock = captured[lock_at:]
+    locked_s = ended_at - seen["locked_at"] if seen["locked_at"] is not None else 0.0
     ended = Batch.objects.select_related("output_file").get(pk=batch_id)
     return {
         "status": ended.status,
         "output_bytes": ended.output_file.bytes if ended.output_file_id else 0,
-        "close_s": round(seconds, 3),
-        "close_queries": len(captured),
+        "close_s": round(ended_at - started, 3),
+        "close_queries": seen["queries"],
         "close_peak_python_mib": round(peak / (1 << 20), 1),
-        "queries_under_the_batch_lock": len(under_lock),
-        "query_seconds_under_the_batch_lock": round(sum(float(q["time"]) for q in under_lock), 3),
+        "queries_under_the_batch_lock": seen["locked_queries"],
+        "seconds_under_the_batch_lock": round(locked_s, 3),
     }
 
 
@@ -129,13 +131,27 @@ def setup(database: str, fresh: bool) -> None:
     batches.kick = lambda: None  # no broker here: nothing is sent
 
 
-def baseline(revision: str, lines: int, database: str) -> dict:
-    """In a worktree of `revision`: the batch made and decoded, closed (timed), and reopened
-    for this revision's close over the same rows."""
+def baseline(revision: str, lines: int, database: str, reuse: bool) -> dict:
+    """In a worktree of `revision`: the batch made and decoded (or, `reuse`, the one an earlier
+    run left), closed (timed), and reopened for this revision's close over the same rows."""
     from bench.baseline import measure_at
 
     args = ["--measure-baseline", "--lines", str(lines), "--database", database]
-    return measure_at(revision, Path(__file__), args)
+    return measure_at(revision, Path(__file__), args + (["--reuse"] if reuse else []))
+
+
+def back_to_the_baseline(database: str) -> None:
+    """The batch an earlier run left, reopened, and the database migrated back to the baseline's
+    schema (decoding 0020: the files' bytes in one column again)."""
+    setup(database, fresh=False)
+    from django.core.management import call_command
+    from django.db import connection
+
+    from decoding.models import Batch
+
+    reopen(Batch.objects.get().pk)
+    call_command("migrate", "decoding", "0020", verbosity=0)
+    connection.close()
 
 
 def _database(revision: str) -> str:
@@ -155,7 +171,7 @@ def markdown(report: dict) -> str:
         "Every line a real stub-model job with its trail; the close alone timed (`_close`).",
         "",
         "| revision | close s | queries | peak Python MiB | queries under the batch lock | "
-        "their seconds | output bytes |",
+        "seconds under it | output bytes |",
         "|---|---|---|---|---|---|---|",
     ]
     for name in ("baseline_result", "result"):
@@ -163,7 +179,7 @@ def markdown(report: dict) -> str:
         label = report["baseline"] if name == "baseline_result" else report["revision"]
         rows.append(
             f"| {label} | {r['close_s']} | {r['close_queries']} | {r['close_peak_python_mib']} "
-            f"| {r['queries_under_the_batch_lock']} | {r['query_seconds_under_the_batch_lock']} "
+            f"| {r['queries_under_the_batch_lock']} | {r['seconds_under_the_batch_lock']} "
             f"| {r['output_bytes']} |"
         )
     b, r = report["baseline_result"], report["result"]
@@ -183,12 +199,20 @@ def main() -> None:
     parser.add_argument("--baseline", default="5b03f93")
     parser.add_argument("--database", default=None)
     parser.add_argument("--measure-baseline", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--reuse", action="store_true", help="close again the batch an earlier run decoded"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results")
     options = parser.parse_args()
     if options.measure_baseline:
-        setup(options.database, fresh=True)
+        setup(options.database, fresh=not options.reuse)
         started = time.perf_counter()
-        batch_id = prepare(options.lines)
+        if options.reuse:
+            from decoding.models import Batch
+
+            batch_id = Batch.objects.get().pk
+        else:
+            batch_id = prepare(options.lines)
         decoding_s = time.perf_counter() - started
         result = {"batch_id": batch_id, "decoding_s": round(decoding_s, 1),
                   **measure_close(batch_id)}  # fmt: skip
@@ -200,8 +224,15 @@ def main() -> None:
     report = {**run_facts("batch_close.py"), "lines": options.lines,
               "baseline": options.baseline, "load_before": load_average()}  # fmt: skip
     database = _database(options.baseline)
-    report["baseline_result"] = baseline(options.baseline, options.lines, database)
-    setup(database, fresh=False)  # this revision's migrations over the same rows
+    if options.reuse:
+        back_to_the_baseline(database)
+    report["baseline_result"] = baseline(options.baseline, options.lines, database, options.reuse)
+    if options.reuse:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)  # this revision's migrations over the same rows
+    else:
+        setup(database, fresh=False)  # this revision's migrations over the same rows
     report["result"] = measure_close(report["baseline_result"]["batch_id"])
     report["load_after"] = load_average()
     text = markdown(report)

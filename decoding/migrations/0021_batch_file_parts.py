@@ -59,6 +59,10 @@ class Migration(migrations.Migration):
                 ]
             },
         ),
+        # Nullable first, so that going back adds the column empty, fills it, then requires it.
+        migrations.AlterField(
+            model_name="batchfile", name="content", field=models.BinaryField(null=True)
+        ),
         migrations.RunPython(into_parts, into_content),
         migrations.RemoveField(model_name="batchfile", name="content"),
     ]
