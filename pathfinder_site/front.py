@@ -58,16 +58,7 @@ UPLOAD_TIMEOUT_S = 900
 AUTHORIZE_PATH = b"/edge/upload-authorization"
 # The paths whose every call needs a key (the portal's forms use a session instead).
 API_PREFIXES = (b"/v1/", b"/api/v1/")
-KEYLESS_BODY = json.dumps(
-    {
-        "error": {
-            "message": "authorization: this call needs an API key (Authorization: Bearer ...).",
-            "type": "invalid_request_error",
-            "param": "authorization",
-            "code": "missing_api_key",
-        }
-    }
-).encode()
+KEYLESS = "authorization: this call needs an API key (Authorization: Bearer ...)."
 # A client that takes nothing of a response for this long is cut (nginx's send_timeout).
 SEND_TIMEOUT_S = 60
 # After a refusal, what the client still sends is read and dropped for at most LINGER_S, or until
@@ -109,6 +100,14 @@ class BadRequest(Exception):
         self.status = status
         self.reason = reason
         self.body = body  # JSON for the client, where the reason alone would not do
+
+
+class TooLarge(Exception):
+    """A body over the limit: 413, in the error shape of the path's API (_too_large)."""
+
+    def __init__(self, length: int, most: int):
+        super().__init__(f"{length} > {most}")
+        self.length, self.most = length, most
 
 
 class Front:
@@ -153,7 +152,10 @@ class Front:
                 await _linger(reader)
                 return
             await asyncio.wait_for(_body(reader, writer, headers, most, body), timeout)
-        except BadRequest as bad:
+        except (BadRequest, TooLarge) as refused:
+            bad = refused
+            if isinstance(refused, TooLarge):
+                bad = _too_large(line, refused.length, refused.most)
             await _refuse(writer, bad.status, bad.reason, bad.body)
             await _linger(reader)
             return
@@ -251,7 +253,8 @@ def _refuse_keyless(line: bytes, headers) -> None:
         _header(headers, b"content-length") or b"0"
     ).lstrip(b"0")
     if has_body and _path(line).startswith(API_PREFIXES) and not _header(headers, b"authorization"):
-        raise BadRequest(401, "authorization: this call needs an API key (Bearer).", KEYLESS_BODY)
+        body = _error_body(line, 401, "not_authenticated", "authorization", KEYLESS)
+        raise BadRequest(401, KEYLESS, body)
 
 
 def _check_framing(headers, most: int) -> None:
@@ -266,7 +269,7 @@ def _check_framing(headers, most: int) -> None:
     if length is not None and not length.isdigit():
         raise BadRequest(400, "malformed Content-Length")
     if length is not None and int(length) > most:
-        raise _too_large(int(length), most)
+        raise TooLarge(int(length), most)
 
 
 async def _body(reader, writer, headers, most: int, body: RequestBody) -> None:
@@ -299,7 +302,7 @@ async def _chunked(reader: asyncio.StreamReader, body: RequestBody, most: int) -
             raise BadRequest(400, "malformed chunk size")
         count = int(size, 16)
         if body.length + count > most:
-            raise _too_large(body.length + count, most)
+            raise TooLarge(body.length + count, most)
         if count == 0:
             while await reader.readuntil(b"\r\n") != b"\r\n":
                 pass  # trailers, dropped
@@ -309,11 +312,20 @@ async def _chunked(reader: asyncio.StreamReader, body: RequestBody, most: int) -
             raise BadRequest(400, "malformed chunk")
 
 
-def _too_large(length: int, most: int) -> BadRequest:
+def _too_large(line: bytes, length: int, most: int) -> BadRequest:
     message = f"body: request body is {length} bytes or more; the limit is {most}."
-    error = {"message": message, "type": "invalid_request_error", "param": "body",
-             "code": "payload_too_large"}  # fmt: skip
-    return BadRequest(413, message, json.dumps({"error": error}).encode())
+    return BadRequest(413, message, _error_body(line, 413, "payload_too_large", "body", message))
+
+
+def _error_body(line: bytes, status: int, code: str, field: str, message: str) -> bytes:
+    """A refusal in the error shape of the API the path is under, as the web process answers:
+    OpenAI's on /v1/, the native API's elsewhere (pathfinder_site.middleware)."""
+    if _path(line).startswith(b"/v1/"):
+        error = {"message": message, "type": "invalid_request_error", "param": field,
+                 "code": code}  # fmt: skip
+    else:
+        error = {"status": status, "code": code, "field": field, "message": message}
+    return json.dumps({"error": error}).encode()
 
 
 def trusted_proxy(peer: str) -> bool:

@@ -107,6 +107,20 @@ def test_keyless_uploads_are_refused_from_their_headers(edges, edge, tmp_path):
     assert took < 60
 
 
+@pytest.mark.parametrize("edge", EDGES)
+def test_each_api_hears_a_refusal_in_its_own_error_shape(edges, edge):
+    native = requests.post(f"{edges[edge]}/api/v1/generations", json={"prompt": "x"}, timeout=30)
+    assert native.status_code == 401
+    assert native.json()["error"]["field"] == "authorization"  # the native API's shape
+    keyed = {"Content-Type": "application/json", "Authorization": "Bearer k"}
+    big = requests.post(
+        f"{edges[edge]}/api/v1/generations", data=b"x" * (2 * MIB), timeout=30, headers=keyed
+    )
+    assert big.status_code == 413 and big.json()["error"]["field"] == "body"
+    openai = requests.post(f"{edges[edge]}/v1/completions", json={"prompt": "x"}, timeout=30)
+    assert openai.status_code == 401 and openai.json()["error"]["param"] == "authorization"
+
+
 @pytest.fixture(scope="module")
 def read_only_key(postgres_stack: Stack) -> str:
     made = postgres_stack.manage(
