@@ -113,8 +113,33 @@ def matter_export(
     key = matter_key(selection.matter)  # made here for a matter whose trails predate the tags
     left_out += _outside(selection, key, outside, size, [entry for _, _, entry in included])
     included.sort(key=lambda item: item[0])  # log order
-    tree = tiles.Tiles(size)
-    evidence, listed = [], []
+    require_intact([trail.id for _, trail, _ in included], selection.described())
+    listed = [listing(trail, seq) for seq, trail, _ in included]
+    matter_doc = {
+        "format_version": MATTER_FORMAT_VERSION,
+        **selection.doc(),
+        "matter_key": key,
+        "tree_size": size,
+        "trails": listed,
+        "left_out": left_out,
+    }
+    digest = bundle.write_matter_bundle(
+        out,
+        matter=matter_doc,
+        trails=_evidence(selection, key, included, tiles.Tiles(size)),
+        checkpoint_note=checkpoint.note,
+        timestamp_token=checkpoint.timestamp_token,
+        verifier_key=signer(checkpoint.note),
+    )
+    trail_ids = [entry["trail_id"] for entry in listed]
+    return MatterExport(Path(out), digest, trail_ids, len(left_out), size)
+
+
+def _evidence(
+    selection: MatterSelection, key: str, included: list, tree: tiles.Tiles
+) -> Iterator[bundle.TrailEvidence]:
+    """Each included trail's evidence, in log order, read a chunk at a time as the bundle is
+    written; ExportError for a trail whose leaf cannot show it is of the selection."""
     for seq, trail, entry, rows, held in _read_in_chunks(included):
         records = [row[:4] for row in rows]  # (seq, prev_hash, record_hash, payload)
         submitted = json.loads(records[0][3]).get("submitted_at") if records else None
@@ -129,32 +154,10 @@ def matter_export(
             )
         models, params = described(records)
         texts = texts_of(trail, rows, (), held=held)
-        evidence.append(
-            bundle.TrailEvidence(
-                records, str(trail.id), trail.format_version, seq, entry.payload,
-                tree.inclusion_proof(seq), texts, models, params,
-            )
+        yield bundle.TrailEvidence(
+            records, str(trail.id), trail.format_version, seq, entry.payload,
+            tree.inclusion_proof(seq), texts, models, params,
         )  # fmt: skip
-        listed.append(listing(trail, seq))
-    require_intact([trail.id for _, trail, _ in included], selection.described())
-    matter_doc = {
-        "format_version": MATTER_FORMAT_VERSION,
-        **selection.doc(),
-        "matter_key": key,
-        "tree_size": size,
-        "trails": listed,
-        "left_out": left_out,
-    }
-    data = bundle.matter_bundle_bytes(
-        matter=matter_doc,
-        trails=evidence,
-        checkpoint_note=checkpoint.note,
-        timestamp_token=checkpoint.timestamp_token,
-        verifier_key=signer(checkpoint.note),
-    )
-    digest = bundle.write_zip(out, data)
-    trail_ids = [entry["trail_id"] for entry in listed]
-    return MatterExport(Path(out), digest, trail_ids, len(left_out), size)
 
 
 def _read_in_chunks(included: list) -> Iterator[tuple]:

@@ -11,8 +11,9 @@ member.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -31,13 +32,19 @@ from audit.evidence.bundle_format import (
     MODELS,
     PARAMS,
     PROMPT,
+    README,
     RECORDS,
+    REPORT,
+    SIGNED_MEMBERS,
     TIMESTAMP,
+    TRAIL_MEMBERS,
+    VERIFICATION,
     VERIFIER_KEY,
+    DeterministicZip,
     deterministic_zip,
     json_member,
     manifest_member,
-    matter_member_names,
+    manifest_of,
     trail_member,
 )
 from audit.evidence.trail_facts import NO_TEXTS, Texts  # noqa: F401 (callers name bundle.NO_TEXTS)
@@ -170,14 +177,49 @@ def matter_bundle_bytes(
     timestamp_token: bytes | None,
     verifier_key: str,
 ) -> bytes:
-    """A matter bundle's zip bytes: matter.json (which lists `trails`, in the same order), the
-    signed members, each trail's members under trails/<id>/, the report and the texts made from
-    them (audit.evidence.descriptive), the manifest (bundle_format.matter_member_names gives the
-    order)."""
-    listed = [entry["trail_id"] for entry in matter["trails"]]
-    if listed != [trail.trail_id for trail in trails]:
-        raise ValueError("matter.json must list exactly the trails given, in their order")
-    members = {
+    """A matter bundle's zip bytes, in memory (write_matter_bundle's, for small bundles)."""
+    out = io.BytesIO()
+    write_matter_zip(
+        out,
+        matter=matter,
+        trails=trails,
+        checkpoint_note=checkpoint_note,
+        timestamp_token=timestamp_token,
+        verifier_key=verifier_key,
+    )
+    return out.getvalue()
+
+
+def write_matter_bundle(path: str | os.PathLike, **fields) -> str:
+    """Write a matter bundle (write_matter_zip's keyword fields) to `path`, atomically, a trail
+    at a time; return the SHA-256 hex of the zip, for the custody log."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        with open(tmp, "wb") as file:
+            hashed = _Hashed(file)
+            write_matter_zip(hashed, **fields)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return hashed.sha256.hexdigest()
+
+
+def write_matter_zip(
+    out: BinaryIO,
+    *,
+    matter: dict,
+    trails: Iterable[TrailEvidence],
+    checkpoint_note: str,
+    timestamp_token: bytes | None,
+    verifier_key: str,
+) -> None:
+    """A matter bundle to `out`, each trail's members written as `trails` yields it (only its
+    facts are kept, for the report): matter.json (which lists the trails, in the order `trails`
+    gives them), the signed members, each trail's members under trails/<id>/, the report and
+    the texts made from them (audit.evidence.descriptive), the manifest
+    (bundle_format.matter_member_names gives the order)."""
+    head = {
         MATTER: json_member(matter),
         **signed_members(
             checkpoint_note=checkpoint_note,
@@ -185,14 +227,37 @@ def matter_bundle_bytes(
             verifier_key=verifier_key,
         ),
     }
-    size = matter["tree_size"]
+    packed = DeterministicZip(out)
+    for name in (MATTER, *SIGNED_MEMBERS):
+        packed.add(name, head[name])
+    listed = iter(entry["trail_id"] for entry in matter["trails"])
+    facts = []
     for trail in trails:
-        for name, data in trail_members(trail, tree_size=size).items():
-            members[trail_member(trail.trail_id, name)] = data
-    members.update(descriptive.matter_descriptive(members))
-    names = matter_member_names(listed)
-    ordered = [(name, members[name]) for name in names if name != MANIFEST]
-    return deterministic_zip(ordered + [(MANIFEST, manifest_member(ordered))])
+        if next(listed, None) != trail.trail_id:
+            raise ValueError("matter.json must list exactly the trails given, in their order")
+        members = trail_members(trail, tree_size=matter["tree_size"])
+        for name in TRAIL_MEMBERS:
+            packed.add(trail_member(trail.trail_id, name), members[name])
+        facts.append(descriptive.trail_facts(members))
+    if next(listed, None) is not None:
+        raise ValueError("matter.json must list exactly the trails given, in their order")
+    made = descriptive.matter_descriptive_of(head, facts)
+    for name in (REPORT, VERIFICATION, README):
+        packed.add(name, made[name])
+    packed.add(MANIFEST, manifest_of(packed.digests))
+    packed.finish()
+
+
+class _Hashed:
+    """A binary file that keeps the SHA-256 of what is written to it."""
+
+    def __init__(self, file: BinaryIO):
+        self._file = file
+        self.sha256 = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.sha256.update(data)
+        return self._file.write(data)
 
 
 def write_bundle(path_or_file: str | os.PathLike | BinaryIO, **fields) -> str:

@@ -9,11 +9,13 @@ Pure Python (standard library and audit.evidence.chain only), like the verifier.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import struct
 import zipfile
 import zlib
 from collections.abc import Sequence
+from typing import BinaryIO
 
 from audit.evidence import chain
 
@@ -120,27 +122,41 @@ _ZIP_LIMIT = (1 << 31) - 1  # beyond this zipfile itself would switch to zip64
 
 
 def deterministic_zip(members: Sequence[tuple[str, bytes]]) -> bytes:
-    """Pack (name, data) pairs, in the order given, into a zip whose bytes depend on nothing else.
+    """Pack (name, data) pairs, in the order given, into a zip whose bytes depend on nothing else
+    (DeterministicZip's layout, in memory)."""
+    out = io.BytesIO()
+    packed = DeterministicZip(out)
+    for name, data in members:
+        packed.add(name, data)
+    packed.finish()
+    return out.getvalue()
+
+
+class DeterministicZip:
+    """A zip whose bytes depend on nothing but its members and their order, written to `out` a
+    member at a time (the central directory, a few dozen bytes a member, is all it keeps).
 
     Per member a local file header (version needed 2.0, flags 0, method 0 = stored, DOS time 0 and
     date 1980-01-01, CRC-32, sizes, the ASCII name, no extra field) then the data; then the
     central directory (version made by 3 << 8 | 20, same fields, no comment, internal attributes
     0, external attributes 0o644 << 16, the local header's offset); then the end-of-central-
-    directory record with no comment.
+    directory record with no comment. `digests` holds each member's SHA-256, for the manifest.
     """
-    out = bytearray()
-    central = bytearray()
-    names = set()
-    for name, data in members:
+
+    def __init__(self, out: BinaryIO):
+        self._out = out
+        self._written = 0
+        self._central = bytearray()
+        self.digests: dict[str, str] = {}
+
+    def add(self, name: str, data: bytes) -> None:
         raw_name = name.encode("ascii")
-        if not raw_name or name in names or len(raw_name) > 0xFFFF:
+        if not raw_name or name in self.digests or len(raw_name) > 0xFFFF:
             raise ValueError(f"bad or duplicate member name {name!r}")
-        names.add(name)
         data = bytes(data)
-        if len(data) >= _ZIP_LIMIT or len(out) >= _ZIP_LIMIT:
+        if len(data) >= _ZIP_LIMIT or self._written >= _ZIP_LIMIT:
             raise ValueError("bundle too large for a zip without zip64")
-        crc = zlib.crc32(data) & 0xFFFFFFFF
-        offset = len(out)
+        self.digests[name] = hashlib.sha256(data).hexdigest()
         common = struct.pack(
             "<HHHHHIIIH",
             _ZIP_VERSION,
@@ -148,25 +164,36 @@ def deterministic_zip(members: Sequence[tuple[str, bytes]]) -> bytes:
             zipfile.ZIP_STORED,
             _DOS_TIME,
             _DOS_DATE,
-            crc,
+            zlib.crc32(data) & 0xFFFFFFFF,
             len(data),
             len(data),
             len(raw_name),
         )
-        out += b"PK\x03\x04" + common + struct.pack("<H", 0) + raw_name + data
-        central += (
+        self._central += (
             b"PK\x01\x02"
             + struct.pack("<BB", _ZIP_VERSION, ZIP_CREATE_SYSTEM)
             + common
-            + struct.pack("<HHHHII", 0, 0, 0, 0, ZIP_EXTERNAL_ATTR, offset)
+            + struct.pack("<HHHHII", 0, 0, 0, 0, ZIP_EXTERNAL_ATTR, self._written)
             + raw_name
         )
-    if len(members) > 0xFFFF or len(out) + len(central) >= _ZIP_LIMIT:
-        raise ValueError("bundle too large for a zip without zip64")
-    eocd = b"PK\x05\x06" + struct.pack(
-        "<HHHHIIH", 0, 0, len(members), len(members), len(central), len(out), 0
-    )
-    return bytes(out + central + eocd)
+        self._write(b"PK\x03\x04" + common + struct.pack("<H", 0) + raw_name)
+        self._write(data)
+
+    def finish(self) -> None:
+        """The central directory and its end record."""
+        count = len(self.digests)
+        if count > 0xFFFF or self._written + len(self._central) >= _ZIP_LIMIT:
+            raise ValueError("bundle too large for a zip without zip64")
+        central_at = self._written
+        self._write(bytes(self._central))
+        self._write(
+            b"PK\x05\x06"
+            + struct.pack("<HHHHIIH", 0, 0, count, count, len(self._central), central_at, 0)
+        )
+
+    def _write(self, data: bytes) -> None:
+        self._out.write(data)
+        self._written += len(data)
 
 
 def described(first_record: object) -> tuple[dict, dict]:
@@ -190,4 +217,9 @@ def manifest_member(
 ) -> bytes:
     """manifest.json: canonical JSON of the SHA-256 of every other member."""
     files = {name: hashlib.sha256(data).hexdigest() for name, data in members}
-    return chain.canonical_json({"files": files, "format_version": format_version}).encode()
+    return manifest_of(files, format_version)
+
+
+def manifest_of(digests: dict[str, str], format_version: int = BUNDLE_FORMAT_VERSION) -> bytes:
+    """manifest.json from every other member's SHA-256 hex, by name."""
+    return chain.canonical_json({"files": digests, "format_version": format_version}).encode()

@@ -222,7 +222,19 @@ def matter_descriptive(
     """report.pdf, verification.txt and README.txt of a matter bundle of that format with these
     members (`pdf` False: the two texts only)."""
     with _readable():
-        return _matter_descriptive(members, bundle_format, pdf)
+        ids = [entry["trail_id"] for entry in _json(members, MATTER)["trails"]]
+        trails = [trail_facts(members, trail_member(t, "")) for t in ids]
+        return _matter_descriptive(members, trails, bundle_format, pdf)
+
+
+def matter_descriptive_of(
+    head: dict[str, bytes], trails: list[TrailFacts], bundle_format: int = BUNDLE_FORMAT_VERSION
+) -> dict[str, bytes]:
+    """matter_descriptive for a writer that streams the trails' members: from matter.json and
+    the signed members (`head`) and the facts of each trail matter.json lists, in its order
+    (trail_facts of its members as they were written)."""
+    with _readable():
+        return _matter_descriptive(head, trails, bundle_format, pdf=True)
 
 
 @contextlib.contextmanager
@@ -282,12 +294,12 @@ _LEFT_OUT_REASONS = {
 }
 
 
-def _matter_descriptive(members: dict[str, bytes], bundle_format: int, pdf: bool) -> dict:
+def _matter_descriptive(
+    members: dict[str, bytes], trails: list[TrailFacts], bundle_format: int, pdf: bool
+) -> dict:
     matter, signed = _json(members, MATTER), signed_of(members)
-    ids = [entry["trail_id"] for entry in matter["trails"]]
     selection = selection_of(matter)
     left_out = len(matter["left_out"])
-    trails = [trail_facts(members, trail_member(t, "")) for t in ids]
     verification = matter_verification(matter, trails, signed, bundle_format)
     readme = fill(
         readme_template("matter_readme", bundle_format),

@@ -106,6 +106,12 @@ def log_files() -> dict[str, bytes]:
 
 
 def build() -> bytes:
+    return bundle.matter_bundle_bytes(**parts())
+
+
+def parts() -> dict:
+    """The bundle writer's keyword fields for the sample: matter.json, the trails' evidence and
+    the signed checkpoint."""
     golden = v2._records()
     abandoned, question = _abandoned_records()
     leaves, data = log_leaves()
@@ -174,7 +180,7 @@ def build() -> bytes:
         "trails": listed,
         "left_out": [],
     }
-    return bundle.matter_bundle_bytes(
+    return dict(
         matter=matter,
         trails=trails,
         checkpoint_note=note,

@@ -95,16 +95,13 @@ def test_closing_reads_a_page_of_lines_in_a_fixed_number_of_queries(owner, monke
 
 
 def produced_matter(owner, tmp_path, chunk: int, monkeypatch, name: str) -> tuple[bytes, int]:
-    """The owner's matter produced with the trails read `chunk` at a time: (bytes, the queries
-    of the export's own reads). The store's verification of the trails (require_intact, about six
-    queries a trail, issue 41's next slice) runs first, uncounted."""
-    from audit import matter_export
-    from decoding.selectors import matter_trail_ids
+    """The owner's matter produced with the trails read, and verified, `chunk` at a time:
+    (bytes, the queries of the export, the store's verification of its trails included)."""
+    from audit import matter_export, verification
     from decoding.services import matter_bundle_export
 
     monkeypatch.setattr(matter_export, "CHUNK", chunk)
-    matter_export.require_intact(matter_trail_ids(owner.key.matter), "the test's matter")
-    monkeypatch.setattr(matter_export, "require_intact", lambda trail_ids, scope: None)
+    monkeypatch.setattr(verification, "_TRAILS_READ_TOGETHER", chunk)
     with CaptureQueriesContext(connection) as queries:
         matter_bundle_export(matter=owner.key.matter, since=None, until=None, out=tmp_path / name)
     return (tmp_path / name).read_bytes(), len(queries)
@@ -126,6 +123,7 @@ def test_a_matter_is_read_a_chunk_of_trails_at_a_time_and_the_bundle_does_not_ch
     batch_of(12)
     _, twenty_four = produced_matter(owner, tmp_path, 500, monkeypatch, "more.zip")
     # Twelve trails more cost no query more (they share the chunk); four chunks where there was
-    # one cost two a chunk (the records, the job rows).
+    # one cost a fixed number a chunk: the export's two (the records, the job rows) and the
+    # verification's five (trail rows, records, leaves, the leaves before them, job rows).
     assert twenty_four - twelve <= 4, (twelve, twenty_four)
-    assert in_fours - twelve <= 3 * 2 + 2, (twelve, in_fours)
+    assert in_fours - twelve <= 3 * (2 + 5) + 2, (twelve, in_fours)
