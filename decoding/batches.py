@@ -109,7 +109,22 @@ def file_upload(
                 yield chunk
 
         count = _checked_lines(batch_files.text_lines(stored_as_read()))
+        _claim_room(matter, writer.file)
         return writer.close(line_count=count)
+
+
+def _claim_room(matter: Matter, new: BatchFile) -> None:
+    """The last check of an upload, under the matter row's lock until its commit: an upload of
+    the same matter that committed since this one began counts too, so two racing for the last
+    room cannot both pass the quota (StorageQuotaExceeded, rolled back)."""
+    Matter.objects.select_for_update().filter(pk=matter.pk).values_list("pk").first()
+    others = BatchFile.objects.filter(matter=matter).exclude(pk=new.pk)
+    used = others.aggregate(total=Sum("bytes"))["total"] or 0
+    quota = settings.PATHFINDER_MATTER_STORAGE_BYTES
+    if used + new.bytes > quota:
+        raise _quota_exceeded(
+            "file", matter, f"the file's {new.bytes} bytes are over the room left"
+        )
 
 
 def storage_left(matter: Matter) -> int:

@@ -72,6 +72,31 @@ def test_a_matters_files_stop_at_its_storage_quota(owner, outsider, settings):
     assert upload(owner, first).status_code == 200
 
 
+def test_two_uploads_racing_for_the_last_room_cannot_both_pass_the_quota(owner, settings):
+    """Upload A begins with room for one file; B is stored while A is half-read; A then finds
+    B's file counted. (Without the last check, both pass. The audit store's append-only rows
+    keep these tests in one transaction, so B runs inside A's read rather than on a second
+    connection: what serialises two last checks is the lock on the matter's row.)"""
+    data = ("\n".join(line(f"r{n}") for n in range(20)) + "\n").encode()
+    settings.PATHFINDER_MATTER_STORAGE_BYTES = len(data) * 3 // 2
+    matter, rival = owner.key.matter, []
+
+    def uploaded(content) -> BatchFile:
+        return batches.file_upload(
+            matter=matter, api_key=owner.key, filename="race.jsonl", content=content,
+            purpose="batch",
+        )  # fmt: skip
+
+    def read_while_b_is_stored():
+        yield data[:10]
+        rival.append(uploaded([data]))
+        yield data[10:]
+
+    with pytest.raises(batches.StorageQuotaExceeded, match="PATHFINDER_MATTER_STORAGE_BYTES"):
+        uploaded(read_while_b_is_stored())
+    assert len(rival) == 1  # B passed (and, inside A's transaction here, went with it)
+
+
 def close_queries(owner, count: int, monkeypatch) -> int:
     """Queries the close of a batch of `count` completed lines makes."""
     monkeypatch.setattr(batches, "_CLOSE_PAGE", 10)
