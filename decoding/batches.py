@@ -23,6 +23,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from celery import current_app
 from django.conf import settings
@@ -31,6 +32,7 @@ from django.db.models import Count, Exists, OuterRef, ProtectedError, Q, Sum
 from django.utils import timezone
 
 from decoding import admission, batch_files, delivery, events, lifecycle, services
+from decoding.feed_order import feed_key, shared_blocks
 from decoding.job_input import InvalidInput
 from decoding.models import ApiKey, Batch, BatchFile, BatchLine, GenerationJob, Matter
 from decoding.selectors import jobs_with_trails
@@ -321,7 +323,9 @@ def job_ended(job_id) -> None:
         )
         if batch_id is None:
             return
-        batch = Batch.objects.only("status", "sent_through_line").get(pk=batch_id)
+        batch = Batch.objects.only("status", "sent_through_key", "sent_through_line").get(
+            pk=batch_id
+        )
         if batch.status == Status.IN_PROGRESS and _unsent(batch).exists():
             return  # lines wait to be sent: the batch cannot close (read by index, not a scan)
         if not _unfinished_jobs(batch_id).exists():
@@ -386,6 +390,7 @@ def _line_create(batch: Batch, number: int, text: str) -> BatchLine | None:
                 custom_id=checked.custom_id,
                 job=job,
                 logprobs_top=checked.logprobs_top,
+                feed_key=feed_key(job.prompt_token_ids or ()),
             )
             return None
     refusal = {"status_code": checked.status_code, "body": checked.body}
@@ -432,11 +437,14 @@ def _stop_ending() -> int:
 
 def batches_feed() -> int:
     """Send the next batch lines, while fewer than PATHFINDER_BATCH_MAX_QUEUED lines are sent and
-    unfinished: one line of each matter with a batch in progress in turn (its oldest batch's
-    first line first), skipping a matter with an interactive job of its own queued (interactive
-    first within a matter). Another matter's queued calls hold nothing back here, and in the queue
-    a line takes its matter's turn (admission.queue_priority), so one matter's load, however
-    steady, cannot keep another's batch waiting for good. Returns how many."""
+    unfinished: one turn of each matter with a batch in progress in turn (its oldest batch's
+    next lines first), skipping a matter with an interactive job of its own queued (interactive
+    first within a matter). A turn is a line, or the next lines of one document, up to
+    PATHFINDER_BATCH_DOCUMENT_LINES: a batch's lines go in feed-key order (decoding.feed_order),
+    a document's side by side, and those sent together are evaluated once and decoded in the
+    same passes. Another matter's queued calls hold nothing back here, and in the queue a line
+    takes its matter's turn (admission.queue_priority), so one matter's load, however steady,
+    cannot keep another's batch waiting for good. Returns how many lines were sent."""
     with transaction.atomic():
         # Locks the batches in progress, so two feeders count and send in turn.
         active = list(
@@ -455,41 +463,67 @@ def batches_feed() -> int:
         free = settings.PATHFINDER_BATCH_MAX_QUEUED - in_flight
         if free <= 0:
             return 0
-        waiting: dict[int, list[tuple[Batch, int, str]]] = defaultdict(list)
+        waiting: dict[int, list[list[_Unsent]]] = defaultdict(list)
         for batch in active:
             if len(waiting[batch.matter_id]) < free:
-                waiting[batch.matter_id] += [
-                    (batch, number, job_id) for number, job_id in _unsent(batch)[:free]
-                ]
-        picked: list[tuple[Batch, int, str]] = []
-        while len(picked) < free and any(waiting.values()):
-            for lines in waiting.values():
-                if lines and len(picked) < free:
-                    picked.append(lines.pop(0))
+                waiting[batch.matter_id] += _turns(batch, free)
+        picked: list[_Unsent] = []
+        turns = 0
+        while turns < free and any(waiting.values()):
+            for matter_turns in waiting.values():
+                if matter_turns and turns < free:
+                    picked += matter_turns.pop(0)
+                    turns += 1
         # Marked sent in this transaction (the next feeder counts them); the messages go after
         # it commits. One the broker did not take is found by the recovery sweep and sent again.
-        job_ids = [job_id for _, _, job_id in picked]
+        job_ids = [line.job_id for line in picked]
         GenerationJob.objects.filter(pk__in=job_ids).update(enqueued_at=timezone.now())
-        for batch, number, _ in picked:  # in file order within a batch: the last one stays
-            batch.sent_through_line = number
-        for batch in {batch.pk: batch for batch, _, _ in picked}.values():
-            batch.save(update_fields=["sent_through_line"])
+        for line in picked:  # in feed order within a batch: the last one stays
+            line.batch.sent_through_key, line.batch.sent_through_line = line.key, line.number
+        for batch in {line.batch.pk: line.batch for line in picked}.values():
+            batch.save(update_fields=["sent_through_key", "sent_through_line"])
         transaction.on_commit(lambda: _send(job_ids))
     return len(picked)
 
 
+@dataclass(frozen=True)
+class _Unsent:
+    batch: Batch
+    number: int
+    job_id: str
+    key: bytes
+
+
+def _turns(batch: Batch, most: int) -> list[list[_Unsent]]:
+    """The batch's next `most` turns: each its next line and the lines after it that share a
+    document with it (a 64-token block or more), up to PATHFINDER_BATCH_DOCUMENT_LINES."""
+    size = settings.PATHFINDER_BATCH_DOCUMENT_LINES
+    turns: list[list[_Unsent]] = []
+    for number, job_id, key in _unsent(batch)[: most * size]:
+        line = _Unsent(batch, number, job_id, bytes(key))
+        turn = turns[-1] if turns else None
+        if turn and len(turn) < size and shared_blocks(turn[0].key, line.key) > 0:
+            turn.append(line)
+        elif len(turns) < most:
+            turns.append([line])
+        else:
+            break
+    return turns
+
+
 def _unsent(batch: Batch):
-    """(line, job id) of the batch's lines not yet sent, in file order, read on from the
-    feeder's place by the (batch, line) index."""
+    """(line, job id, feed key) of the batch's lines not yet sent, in feed order, read on from
+    the feeder's place by the (batch, feed key, line) index."""
+    place = bytes(batch.sent_through_key)
     return (
         BatchLine.objects.filter(
+            Q(feed_key__gt=place) | Q(feed_key=place, line__gt=batch.sent_through_line),
             batch=batch,
-            line__gt=batch.sent_through_line,
             job__status=GenerationJob.Status.QUEUED,
             job__enqueued_at=None,
         )
-        .order_by("line")
-        .values_list("line", "job_id")
+        .order_by("feed_key", "line")
+        .values_list("line", "job_id", "feed_key")
     )
 
 

@@ -23,7 +23,7 @@ from django.db import close_old_connections
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from decoding import admission
+from decoding import admission, affinity
 from decoding.models import GenerationJob
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,8 @@ REPLAY_JOB = "decoding.replay_job"  # the task decoding.tasks.replay_job
 def send(job: GenerationJob) -> None:
     """Hand the job to the queue, marked as sent and held by no worker yet: by task name (the
     task module imports this one), its id the task's, placed by its matter's share
-    (admission.queue_priority)."""
+    (admission.queue_priority), to the worker that holds its document where several serve
+    (decoding.affinity; None: the shared queue)."""
     GenerationJob.objects.filter(pk=job.pk).update(
         enqueued_at=timezone.now(), received_at=None, held_by="", held_until=None
     )
@@ -50,6 +51,7 @@ def send(job: GenerationJob) -> None:
         args=[str(job.pk)],
         task_id=str(job.pk),
         priority=admission.queue_priority(job),
+        queue=affinity.queue_for(job),
     )
 
 
@@ -111,16 +113,21 @@ def in_broker() -> set[str] | None:
 
 
 def _in_redis() -> set[str]:
-    # kombu keeps one list per priority step: the queue's name, then name:1 ... name:9.
-    queue = settings.CELERY_TASK_DEFAULT_QUEUE
-    options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
-    names = [queue] + [f"{queue}{options['sep']}{step}" for step in options["priority_steps"][1:]]
-    with current_app.connection_for_read() as connection:
+    """The shared queue's messages and those in the queues of live workers. A worker whose
+    presence lapsed (decoding.affinity) takes nothing more from its queue: its queue is dropped
+    here, so its jobs count as lost and the sweep sends them again."""
+    with current_app.connection_for_write() as connection:
         client = connection.default_channel.client
+        live, lapsed = affinity.workers(client)
+        queues = [settings.CELERY_TASK_DEFAULT_QUEUE, *map(affinity.worker_queue, live)]
         pipe = client.pipeline()
-        for name in names:
+        for name in (name for queue in queues for name in affinity.queue_names(queue)):
             pipe.lrange(name, 0, -1)
-        return {_task_id(raw) for items in pipe.execute() for raw in items}
+        waiting = {_task_id(raw) for items in pipe.execute() for raw in items}
+        for worker in lapsed:
+            client.delete(*affinity.queue_names(affinity.worker_queue(worker)))
+            client.hdel(affinity.presence_key(), worker)
+        return waiting
 
 
 def _in_folder(folder: Path) -> set[str]:
@@ -156,6 +163,7 @@ class Holder:
     def _run(self) -> None:
         while not self._stop.wait(HOLD_S / 4):
             try:
+                affinity.announce(self.worker)
                 hold(_held_job_ids(), self.worker)
             except Exception as exc:  # the database is away: marks lapse, the sweep resends
                 logger.warning("could not renew held jobs", extra={"error": str(exc)})

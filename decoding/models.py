@@ -392,8 +392,10 @@ class Batch(models.Model):
     errors = models.JSONField(null=True, blank=True)
     # Input lines already made into BatchLines: a restarted expansion resumes here.
     lines_expanded = models.PositiveIntegerField(default=0)
-    # The input line through which the feeder has sent lines' jobs (lines go in file order): the
+    # The line (its feed key, then its number) through which the feeder has sent lines' jobs:
+    # lines go in feed-key order (decoding.feed_order: a document's lines side by side), and the
     # next feed reads on from here, never over the lines already sent.
+    sent_through_key = models.BinaryField(default=b"")
     sent_through_line = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     expires_at = models.DateTimeField()
@@ -428,9 +430,14 @@ class BatchLine(models.Model):
     logprobs_top = models.PositiveSmallIntegerField(null=True, blank=True)
     # {"status_code", "body"}: what the endpoint would have answered this line's request.
     refusal = models.JSONField(null=True, blank=True)
+    # Where the feeder sends it (decoding.feed_order.feed_key of its prompt; empty: a refusal).
+    feed_key = models.BinaryField(default=b"")
 
     class Meta:
         ordering = ["batch", "line"]
+        indexes = [
+            models.Index(fields=["batch", "feed_key", "line"], name="decoding_batchline_feed"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["batch", "line"], name="decoding_batchline_line"),
             models.UniqueConstraint(

@@ -112,14 +112,26 @@ def mark_received(sender, request, **_) -> None:
 
 @worker_ready.connect
 def start_holding(sender, **_) -> None:
+    """Consume this worker's own queue beside the shared one (decoding.affinity), say it is live,
+    and renew its marks and its presence from now on."""
+    from decoding import affinity
     from decoding.delivery import Holder
 
     global _holder
+    if affinity.enabled():
+        sender.add_task_queue(affinity.worker_queue(sender.hostname))
+        affinity.announce(sender.hostname)
     _holder = Holder(sender.hostname)
     _holder.start()
 
 
 @worker_shutdown.connect
 def stop_holding(**_) -> None:
+    from decoding import affinity
+
     if _holder is not None:
         _holder.stop()
+        try:
+            affinity.withdraw(_holder.worker)
+        except Exception as exc:  # its presence lapses; the sweep sends its queue again
+            logger.warning("could not withdraw the worker", extra={"error": str(exc)})

@@ -231,6 +231,15 @@ PATHFINDER_REVIEWER_MAX_REPLAYS = env_int("PATHFINDER_REVIEWER_MAX_REPLAYS", 2, 
 # 0.85x (bench/results/batch-2026-12-06*.md); raise it where a pass of several costs less than
 # their sum. And an input file's limits (OpenAI's): lines, and bytes.
 PATHFINDER_BATCH_MAX_QUEUED = env_int("PATHFINDER_BATCH_MAX_QUEUED", 1, minimum=1)
+# The lines of one document (a batch's lines whose prompts share a 64-token block or more:
+# decoding.feed_order) that go out together as one turn of their matter, so the worker
+# evaluates the document once and decodes its questions in the same passes. A turn may pass
+# PATHFINDER_BATCH_MAX_QUEUED by this many less one; keep their sum below the worker's
+# sequences. 1: each line alone (a document's lines still one after another).
+PATHFINDER_BATCH_DOCUMENT_LINES = env_int("PATHFINDER_BATCH_DOCUMENT_LINES", 4, minimum=1)
+# With several workers on a Redis broker, a job whose prompt holds a document goes to the queue of
+# the worker that holds that document (decoding.affinity); off: every job to the shared queue.
+PATHFINDER_DOCUMENT_AFFINITY = env_bool("PATHFINDER_DOCUMENT_AFFINITY", True)
 PATHFINDER_BATCH_MAX_LINES = env_int("PATHFINDER_BATCH_MAX_LINES", 50_000, minimum=1)
 PATHFINDER_BATCH_MAX_FILE_BYTES = env_int("PATHFINDER_BATCH_MAX_FILE_BYTES", 200 << 20, minimum=1)
 # The bytes one matter's files (its uploads and its batches' output and error files) may hold in

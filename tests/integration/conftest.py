@@ -75,13 +75,14 @@ def fast_passwords(settings):
 def sent_jobs(monkeypatch) -> list[str]:
     """The job ids handed to the queue (the broker itself is exercised by tests/system and
     tests/faults; here: which jobs are sent), with the priority each was sent at in
-    `sent_jobs.priorities`."""
+    `sent_jobs.priorities` and the queue each was sent to in `sent_jobs.queues`."""
     sent = SentJobs()
 
-    def send_task(name, args, priority, task_id):
+    def send_task(name, args, priority, task_id, queue):
         assert name == "decoding.run_generation" and task_id == args[0]  # decoding.delivery
         sent.append(args[0])
         sent.priorities.append(priority)
+        sent.queues.append(queue)
 
     monkeypatch.setattr(celery_app, "send_task", send_task)
     return sent
@@ -91,3 +92,4 @@ class SentJobs(list):
     def __init__(self):
         super().__init__()
         self.priorities: list[int] = []
+        self.queues: list[str | None] = []  # None: the shared queue

@@ -1,0 +1,111 @@
+"""Which queue a job's message goes to when several workers serve: the queue of the worker that
+holds its document.
+
+A worker keeps the documents it evaluated (its slots and its prompt cache, each behind its
+matter's wall). Sent to whichever worker is free, a document's questions are each evaluated
+where they land; sent to one worker, the document is evaluated once and its questions decode in
+the same passes. So a job whose prompt holds a document (a 64-token block or more:
+decoding.feed_order) goes to the queue of one live worker, chosen by rendezvous hashing of its
+matter and its document: the same worker for every question while that worker lives, about 1/n
+of the documents for each of n workers, and only the gone worker's share moved when one comes or
+goes. Each worker consumes its own queue beside the shared one (pathfinder_site.celery).
+
+Bounds. A worker with PATHFINDER_WORKER_SEQUENCES messages already waiting in its own queue gets
+no more: the job goes to the shared queue, which the first free worker takes from, so a hot
+document spreads over the workers rather than queueing behind itself. A worker is live while it
+renews its presence (decoding.delivery.Holder, with its marks); one that stops gets no new jobs,
+and the recovery sweep sends what waits in its queue again (decoding.delivery.lost). Priorities
+hold across a worker's queues (kombu reads every queue's highest step first). With one worker,
+or a broker other than Redis (the embedded default), every job goes to the shared queue.
+docs/adr/0028-document-affinity-across-workers.md sets out the design for many machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from celery import current_app
+from django.conf import settings
+
+from decoding.feed_order import document_digest
+from decoding.models import GenerationJob
+
+# A worker's presence lasts this long; it renews it with its marks, four times as often.
+PRESENCE_S = 20
+
+
+def worker_queue(worker: str) -> str:
+    """The queue only `worker` (its Celery hostname) consumes."""
+    return f"{settings.CELERY_TASK_DEFAULT_QUEUE}.{worker}"
+
+
+def presence_key() -> str:
+    """The Redis hash of live workers: Celery hostname -> until when (Unix seconds)."""
+    return f"{settings.CELERY_TASK_DEFAULT_QUEUE}.workers"
+
+
+def enabled() -> bool:
+    return settings.PATHFINDER_DOCUMENT_AFFINITY and settings.CELERY_BROKER_URL.startswith("redis")
+
+
+def announce(worker: str) -> None:
+    """`worker` is live for PRESENCE_S more seconds."""
+    if enabled():
+        with current_app.connection_for_write() as connection:
+            client = connection.default_channel.client
+            client.hset(presence_key(), worker, time.time() + PRESENCE_S)
+
+
+def withdraw(worker: str) -> None:
+    """`worker` is stopping: no new job goes to its queue."""
+    if enabled():
+        with current_app.connection_for_write() as connection:
+            connection.default_channel.client.hdel(presence_key(), worker)
+
+
+def workers(client) -> tuple[list[str], list[str]]:
+    """(live workers, workers whose presence lapsed), by Celery hostname."""
+    now = time.time()
+    live, lapsed = [], []
+    for name, until in client.hgetall(presence_key()).items():
+        name = name.decode() if isinstance(name, bytes) else name
+        (live if float(until) > now else lapsed).append(name)
+    return sorted(live), sorted(lapsed)
+
+
+def queue_names(queue: str) -> list[str]:
+    """The Redis lists that hold `queue`'s messages: one per priority step."""
+    options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    return [queue] + [f"{queue}{options['sep']}{step}" for step in options["priority_steps"][1:]]
+
+
+def queue_for(job: GenerationJob) -> str | None:
+    """The queue of the live worker that holds (or will hold) the job's document, or None: the
+    shared queue (no document, affinity off, fewer than two live workers, or that worker's
+    queue already full)."""
+    if not enabled():
+        return None
+    document = document_digest(job.prompt_token_ids or ())
+    if document is None:
+        return None
+    with current_app.connection_for_read() as connection:
+        client = connection.default_channel.client
+        live, _ = workers(client)
+        if len(live) < 2:
+            return None
+        chosen = max(live, key=lambda worker: _weight(job.matter_id, document, worker))
+        queue = worker_queue(chosen)
+        pipe = client.pipeline()
+        for name in queue_names(queue):
+            pipe.llen(name)
+        if sum(pipe.execute()) >= settings.PATHFINDER_WORKER_SEQUENCES:
+            return None
+    return queue
+
+
+def _weight(matter_id, document: bytes, worker: str) -> bytes:
+    """Rendezvous hashing: each worker's weight for this matter's document."""
+    return hashlib.blake2b(
+        b"|".join([str(matter_id).encode(), document, worker.encode()]), digest_size=8
+    ).digest()

@@ -1,0 +1,99 @@
+"""Where a job's message goes when several workers serve (decoding.affinity, issue 42 item 3),
+against the real Redis: every question of a document to one live worker's queue, documents
+spread over the workers, nothing routed with one worker, to a worker that stopped renewing, or
+past a worker's full queue; a stopped worker's queue counted lost, so the sweep sends it again.
+Each test uses a queue name of its own. (Two live workers taking their own queues:
+tests/system/test_affinity_live.py.)"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import time
+import uuid
+
+import pytest
+from celery import current_app
+from django.utils import timezone
+
+from decoding import affinity, delivery
+from decoding.models import GenerationJob
+from decoding.services import job_submit
+
+WORKERS = ["w1@alpha", "w2@beta"]
+
+
+@pytest.fixture
+def redis_queue(settings):
+    if not settings.CELERY_BROKER_URL.startswith("redis"):
+        pytest.skip("document affinity routes over Redis only")
+    settings.CELERY_TASK_DEFAULT_QUEUE = f"test-affinity-{uuid.uuid4().hex[:8]}"
+    with current_app.connection_for_write() as connection:
+        client = connection.default_channel.client
+        yield client
+        keys = client.keys(f"{settings.CELERY_TASK_DEFAULT_QUEUE}*")
+        if keys:
+            client.delete(*keys)
+
+
+def job(owner, tokens: list[int]) -> GenerationJob:
+    created, _ = job_submit(
+        matter=owner.key.matter, api_key=owner.key, model="stub", prompt_token_ids=tokens,
+        max_tokens=2, enqueue=False,
+    )  # fmt: skip
+    return created
+
+
+def document(rng: random.Random, length: int) -> list[int]:
+    return [rng.randrange(1, 30) for _ in range(length)]
+
+
+def test_every_question_of_a_document_goes_to_one_worker_and_documents_spread(owner, redis_queue):
+    for worker in WORKERS:
+        affinity.announce(worker)
+    rng = random.Random(5)
+    chosen = set()
+    for _ in range(12):
+        text = document(rng, rng.randrange(64, 600))
+        queues = {affinity.queue_for(job(owner, text + document(rng, n))) for n in (3, 9, 40)}
+        assert len(queues) == 1 and None not in queues, queues
+        chosen |= queues
+    assert chosen == {affinity.worker_queue(worker) for worker in WORKERS}
+
+
+def test_no_routing_without_a_document_or_a_second_worker_or_room(owner, redis_queue, settings):
+    rng = random.Random(6)
+    text = document(rng, 200)
+    affinity.announce(WORKERS[0])
+    assert affinity.queue_for(job(owner, text)) is None  # one worker: the shared queue
+    affinity.announce(WORKERS[1])
+    assert affinity.queue_for(job(owner, document(rng, 63))) is None  # shorter than a block
+    queue = affinity.queue_for(job(owner, text))
+    assert queue is not None
+    redis_queue.rpush(queue, *[b"{}"] * settings.PATHFINDER_WORKER_SEQUENCES)
+    assert affinity.queue_for(job(owner, text)) is None  # its queue is full: anyone takes it
+    settings.PATHFINDER_DOCUMENT_AFFINITY = False
+    redis_queue.delete(queue)
+    assert affinity.queue_for(job(owner, text)) is None
+
+
+def test_a_worker_that_stopped_renewing_gets_nothing_and_its_queue_is_sent_again(
+    owner, redis_queue
+):
+    rng = random.Random(7)
+    for worker in WORKERS:
+        affinity.announce(worker)
+    jobs = [job(owner, document(rng, 100 + n)) for n in range(8)]
+    routed = {j.pk: affinity.queue_for(j) for j in jobs}
+    assert None not in routed.values()
+    for j in jobs:  # into the workers' queues, as the feeder sends them
+        delivery.send(j)
+    a_minute_ago = timezone.now() - dt.timedelta(minutes=1)
+    GenerationJob.objects.filter(pk__in=routed).update(enqueued_at=a_minute_ago)
+    assert delivery.lost(timezone.now()) == []  # every message waits in a live worker's queue
+    gone = affinity.worker_queue(WORKERS[0])
+    redis_queue.hset(affinity.presence_key(), WORKERS[0], time.time() - 1)  # it stopped
+    lost = {j.pk for j in delivery.lost(timezone.now())}
+    assert lost and lost == {pk for pk, queue in routed.items() if queue == gone}
+    assert not redis_queue.exists(gone)  # dropped: the sweep's sends are the only copies
+    assert all(affinity.queue_for(j) != gone for j in jobs)
