@@ -2,7 +2,8 @@
 user would, side by side in one run (issue 42, item 6).
 
     .venv/bin/python bench/bulk.py [--documents 12] [--questions 5] [--max-tokens 48]
-        [--ways service,service1,plain,ram,sorted] [--workers 1] [--out bench/results]
+        [--ways service,grouped,plain,ram,sorted] [--workers 1] [--prompt-cache-mib N]
+        [--tag NAME] [--out bench/results]
 
 The lines are held out: the documents are cuts of the three licences in bench/data/heldout
 (about 1,400 characters each, no test or tuning uses them), each asked every question, and the
@@ -11,18 +12,22 @@ file is shuffled (seeded), as a review platform exports it. Greedy, `--max-token
 Ways, each from a fresh start (no way inherits another's cache):
   service   the file through /v1/files and /v1/batches on the deployed stack (gunicorn, one
             Celery worker decoding 8 jobs at once, PostgreSQL, Redis: bench/load.py's Stack),
-            from create to completed, PATHFINDER_BATCH_DOCUMENT_LINES as set (4 by default)
-  service1  the same with PATHFINDER_BATCH_DOCUMENT_LINES=1: a document's lines still one
-            after another, never together (what sending them together adds)
+            from create to completed, as configured (a document's lines side by side, one at a
+            time: PATHFINDER_BATCH_DOCUMENT_LINES=1)
+  grouped   the same with PATHFINDER_BATCH_DOCUMENT_LINES=4: up to four of a document's lines
+            sent together and decoded in the same passes
   shared    the same with PATHFINDER_DOCUMENT_AFFINITY off: every line to the shared queue (what
             routing a document to one worker adds, with --workers 2)
-With `--workers N` the stack runs N workers of `--threads` llama.cpp threads each, and
-PATHFINDER_BATCH_MAX_QUEUED is N (a document's turn for each worker).
   plain     llama-cpp-python (the same GGUF, 2 threads), each line from an empty cache, in file
             order: a client with no prefix reuse
   ram       llama-cpp-python with its RAM prompt cache (LlamaRAMCache), in file order
   sorted    llama-cpp-python with the lines sorted by document, each reusing the longest prefix
             its context holds: the careful client the issue names as the bar
+With `--prompt-cache-mib N` the service's workers keep N MiB of prompts
+(PATHFINDER_PROMPT_CACHE_BYTES), and the RAM cache way as much: a file of more documents than
+the caches hold, as 50,000 lines over thousands of documents are, in a run of minutes. With
+`--workers N` the stack runs N workers of `--threads` llama.cpp threads each, and
+PATHFINDER_BATCH_MAX_QUEUED is N (a turn for each worker).
 Reported: lines per minute, each way's ratio to sorted and plain, prompt tokens evaluated
 against the unique prompt tokens (for the llama.cpp ways, counted from the prefix each reuses;
 the service's are not counted here), the slowest line (for the llama.cpp ways; a batch's lines
@@ -128,13 +133,15 @@ def run_service(rows: list[dict], threads: int, workers: int, env: dict) -> dict
 class Peer:
     """llama-cpp-python on the served GGUF, greedy, as a client of it would run it."""
 
+    ram_bytes = 2 << 30  # the RAM cache's capacity
+
     def __init__(self, path: str, threads: int, *, ram_cache: bool = False):
         import llama_cpp
 
         self.llama = llama_cpp.Llama(model_path=path, n_ctx=4096, n_batch=512, n_threads=threads,
                                      n_threads_batch=threads, verbose=False)  # fmt: skip
         if ram_cache:
-            self.llama.set_cache(llama_cpp.LlamaRAMCache(capacity_bytes=2 << 30))
+            self.llama.set_cache(llama_cpp.LlamaRAMCache(capacity_bytes=self.ram_bytes))
         self.ram_cache = ram_cache
 
     def tokens(self, text: str) -> list[int]:
@@ -210,7 +217,9 @@ def markdown(report: dict) -> str:
         f"= {report['lines']}, shuffled; greedy, {report['max_tokens']} tokens at most; "
         f"{report['unique_prompt_tokens']} unique prompt tokens. The service: "
         f"{report['workers']} worker(s) of {report['threads']} llama.cpp threads; the peers: "
-        f"one process of {report['threads']} threads.",
+        f"one process of {report['threads']} threads. Prompt caches: "
+        f"{report['prompt_cache_mib'] or 'as configured (512'} MiB"
+        f"{'' if report['prompt_cache_mib'] else ' for the service, 2048 for ram)'}.",
         "",
         "| way | answered | seconds | lines/min | vs sorted | vs plain | prompt tokens "
         "evaluated / unique | slowest line (s) | answers equal to plain |",
@@ -243,7 +252,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
     parser.add_argument("--workers", type=int, default=1, help="the service's Celery workers")
-    parser.add_argument("--ways", default="service,service1,plain,ram,sorted")
+    parser.add_argument("--prompt-cache-mib", type=int, help="the prompt caches' size")
+    parser.add_argument("--ways", default="service,grouped,plain,ram,sorted")
+    parser.add_argument("--tag", default="", help="names the results: bulk-TAG-DATE.md")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
     quiet = wait_for_quiet(threshold=0.5, max_wait=120)
@@ -251,17 +262,23 @@ def main() -> None:
     from bench.throughput import served_file
 
     path = served_file()
+    cache = {}
+    if args.prompt_cache_mib:
+        cache = {"PATHFINDER_PROMPT_CACHE_BYTES": str(args.prompt_cache_mib << 20)}
+        Peer.ram_bytes = args.prompt_cache_mib << 20
     ways = {
-        "service": lambda: run_service(rows, args.threads, args.workers, {}),
-        "service1": lambda: run_service(rows, args.threads, args.workers, {DOCUMENT_LINES: "1"}),
+        "service": lambda: run_service(rows, args.threads, args.workers, cache),
+        "grouped": lambda: run_service(
+            rows, args.threads, args.workers, {**cache, DOCUMENT_LINES: "4"}
+        ),
         "shared": lambda: run_service(
-            rows, args.threads, args.workers, {"PATHFINDER_DOCUMENT_AFFINITY": "false"}
+            rows, args.threads, args.workers, {**cache, "PATHFINDER_DOCUMENT_AFFINITY": "false"}
         ),
         "plain": lambda: run_peer(rows, path, args.threads, "plain"),
         "ram": lambda: run_peer(rows, path, args.threads, "ram"),
         "sorted": lambda: run_peer(rows, path, args.threads, "sorted"),
     }
-    names = {"service1": "service, one line a turn", "shared": "service, shared queue only"}
+    names = {"grouped": "service, 4 lines a turn", "shared": "service, shared queue only"}
     before, results = load_average(), []
     for way in args.ways.split(","):
         result = ways[way]()
@@ -282,6 +299,7 @@ def main() -> None:
         "max_tokens": args.max_tokens,
         "workers": args.workers,
         "threads": args.threads,
+        "prompt_cache_mib": args.prompt_cache_mib,
         "unique_prompt_tokens": unique_prompt_tokens(rows, Peer(path, args.threads)),
         "quiet": quiet,
         "load_before": before,
@@ -290,7 +308,7 @@ def main() -> None:
     }
     text = markdown(report)
     print(text)
-    save_results(args.out, "bulk", report, text)
+    save_results(args.out, f"bulk-{args.tag}" if args.tag else "bulk", report, text)
 
 
 if __name__ == "__main__":

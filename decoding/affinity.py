@@ -10,9 +10,11 @@ matter and its document: the same worker for every question while that worker li
 of the documents for each of n workers, and only the gone worker's share moved when one comes or
 goes. Each worker consumes its own queue beside the shared one (pathfinder_site.celery).
 
-Bounds. A worker with PATHFINDER_WORKER_SEQUENCES messages already waiting in its own queue gets
-no more: the job goes to the shared queue, which the first free worker takes from, so a hot
-document spreads over the workers rather than queueing behind itself. A worker is live while it
+Bounds. Keeping a document together never leaves a worker idle: when the document's worker is
+busy and another holds nothing, the next idle worker in the document's order takes the job. A
+worker with PATHFINDER_WORKER_SEQUENCES messages already waiting in its own queue gets no more:
+the job goes to the shared queue, which the first free worker takes from, so a hot document
+spreads over the workers rather than queueing behind itself. A worker is live while it
 renews its presence (decoding.delivery.Holder, with its marks); one that stops gets no new jobs,
 and the recovery sweep sends what waits in its queue again (decoding.delivery.lost). Priorities
 hold across a worker's queues (kombu reads every queue's highest step first). With one worker,
@@ -27,6 +29,8 @@ import time
 
 from celery import current_app
 from django.conf import settings
+from django.db.models import Count
+from django.utils import timezone
 
 from decoding.feed_order import document_digest
 from decoding.models import GenerationJob
@@ -83,7 +87,9 @@ def queue_names(queue: str) -> list[str]:
 def queue_for(job: GenerationJob) -> str | None:
     """The queue of the live worker that holds (or will hold) the job's document, or None: the
     shared queue (no document, affinity off, fewer than two live workers, or that worker's
-    queue already full)."""
+    queue already full). Workers are tried in the document's rendezvous order, and the first
+    idle one (nothing held, nothing waiting in its queue) takes it when the first choice is
+    busy: a document is kept together, but never while a worker stands idle."""
     if not enabled():
         return None
     document = document_digest(job.prompt_token_ids or ())
@@ -94,14 +100,30 @@ def queue_for(job: GenerationJob) -> str | None:
         live, _ = workers(client)
         if len(live) < 2:
             return None
-        chosen = max(live, key=lambda worker: _weight(job.matter_id, document, worker))
-        queue = worker_queue(chosen)
         pipe = client.pipeline()
-        for name in queue_names(queue):
-            pipe.llen(name)
-        if sum(pipe.execute()) >= settings.PATHFINDER_WORKER_SEQUENCES:
-            return None
-    return queue
+        for worker in live:
+            for name in queue_names(worker_queue(worker)):
+                pipe.llen(name)
+        lengths = iter(pipe.execute())
+        waiting = {worker: sum(next(lengths) for _ in queue_names("")) for worker in live}
+    held = _held(live)
+    order = sorted(live, key=lambda worker: _weight(job.matter_id, document, worker), reverse=True)
+    idle = [worker for worker in order if not waiting[worker] and not held.get(worker)]
+    chosen = order[0] if not idle or idle[0] == order[0] else idle[0]
+    if waiting[chosen] >= settings.PATHFINDER_WORKER_SEQUENCES:
+        return None
+    return worker_queue(chosen)
+
+
+def _held(live: list[str]) -> dict[str, int]:
+    """How many unfinished jobs each worker holds now (decoding.delivery's marks)."""
+    held = (
+        GenerationJob.objects.filter(held_by__in=live, held_until__gt=timezone.now())
+        .exclude(status__in=GenerationJob.FINISHED)
+        .values_list("held_by")
+        .annotate(count=Count("pk"))
+    )
+    return dict(held)
 
 
 def _weight(matter_id, document: bytes, worker: str) -> bytes:

@@ -229,17 +229,21 @@ PATHFINDER_REVIEWER_MAX_REPLAYS = env_int("PATHFINDER_REVIEWER_MAX_REPLAYS", 2, 
 # job is queued); below the worker's PATHFINDER_WORKER_SEQUENCES, so interactive calls always
 # find a free slot. 1: on a 2-core worker one line at a time ran 1.06x one /v1 client, 4 at once
 # 0.85x (bench/results/batch-2026-12-06*.md); raise it where a pass of several costs less than
-# their sum. And an input file's limits (OpenAI's): lines, and bytes.
+# their sum.
 PATHFINDER_BATCH_MAX_QUEUED = env_int("PATHFINDER_BATCH_MAX_QUEUED", 1, minimum=1)
-# The lines of one document (a batch's lines whose prompts share a 64-token block or more:
-# decoding.feed_order) that go out together as one turn of their matter, so the worker
-# evaluates the document once and decodes its questions in the same passes. A turn may pass
-# PATHFINDER_BATCH_MAX_QUEUED by this many less one; keep their sum below the worker's
-# sequences. 1: each line alone (a document's lines still one after another).
-PATHFINDER_BATCH_DOCUMENT_LINES = env_int("PATHFINDER_BATCH_DOCUMENT_LINES", 4, minimum=1)
+# A batch's lines go in the order of their prompts (decoding.feed_order), a document's side by
+# side, so its questions meet its evaluation in the worker (1.43x file order on a file of more
+# documents than the prompt cache holds: bench/results/bulk-*.md). This many of one document
+# (lines sharing a 64-token block or more) go out together as one turn of their matter, to be
+# decoded in the same passes. 1: on a 2-core worker a pass is compute-bound, and four together
+# ran 0.77-0.81x one at a time; raise it where a pass of several costs less than their sum. A
+# turn may pass PATHFINDER_BATCH_MAX_QUEUED by this many less one: keep their sum below the
+# worker's sequences.
+PATHFINDER_BATCH_DOCUMENT_LINES = env_int("PATHFINDER_BATCH_DOCUMENT_LINES", 1, minimum=1)
 # With several workers on a Redis broker, a job whose prompt holds a document goes to the queue of
 # the worker that holds that document (decoding.affinity); off: every job to the shared queue.
 PATHFINDER_DOCUMENT_AFFINITY = env_bool("PATHFINDER_DOCUMENT_AFFINITY", True)
+# An input file's limits (OpenAI's): lines, and bytes.
 PATHFINDER_BATCH_MAX_LINES = env_int("PATHFINDER_BATCH_MAX_LINES", 50_000, minimum=1)
 PATHFINDER_BATCH_MAX_FILE_BYTES = env_int("PATHFINDER_BATCH_MAX_FILE_BYTES", 200 << 20, minimum=1)
 # The bytes one matter's files (its uploads and its batches' output and error files) may hold in

@@ -69,12 +69,27 @@ def test_no_routing_without_a_document_or_a_second_worker_or_room(owner, redis_q
     affinity.announce(WORKERS[1])
     assert affinity.queue_for(job(owner, document(rng, 63))) is None  # shorter than a block
     queue = affinity.queue_for(job(owner, text))
-    assert queue is not None
+    other = ({affinity.worker_queue(worker) for worker in WORKERS} - {queue}).pop()
+    redis_queue.rpush(other, b"{}")  # busy too: nothing idle to go to instead
     redis_queue.rpush(queue, *[b"{}"] * settings.PATHFINDER_WORKER_SEQUENCES)
     assert affinity.queue_for(job(owner, text)) is None  # its queue is full: anyone takes it
     settings.PATHFINDER_DOCUMENT_AFFINITY = False
     redis_queue.delete(queue)
     assert affinity.queue_for(job(owner, text)) is None
+
+
+def test_a_busy_workers_document_goes_to_an_idle_worker_never_past_a_busy_one(owner, redis_queue):
+    for worker in WORKERS:
+        affinity.announce(worker)
+    text = document(random.Random(8), 150)
+    first = affinity.queue_for(job(owner, text))
+    running = job(owner, text)  # the document's worker holds one of its questions
+    first_worker = first.removeprefix(affinity.worker_queue(""))
+    delivery.hold([running.pk], first_worker)
+    second = affinity.queue_for(job(owner, text + [5]))
+    assert second not in (None, first)  # the other worker stood idle: it takes the question
+    redis_queue.rpush(second, b"{}")  # now both are busy: the document's own worker again
+    assert affinity.queue_for(job(owner, text + [6])) == first
 
 
 def test_a_worker_that_stopped_renewing_gets_nothing_and_its_queue_is_sent_again(

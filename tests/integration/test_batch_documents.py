@@ -1,8 +1,9 @@
 """Lines that share a document go out together (issue 42, item 1), on the real PostgreSQL: a
-shuffled file of documents x questions is fed a document at a time, up to
-PATHFINDER_BATCH_DOCUMENT_LINES lines a turn, so the worker evaluates each document once and
-decodes its questions in the same passes (that part: tests/models/test_batch_engine.py); the
-output stays in the file's order; lines of two matters are never one turn."""
+shuffled file of documents x questions is fed a document at a time, one line a turn by default
+and up to PATHFINDER_BATCH_DOCUMENT_LINES when it is raised, so the worker evaluates each
+document once and decodes its questions in the same passes (that part:
+tests/models/test_batch_engine.py); the output stays in the file's order; lines of two matters
+are never one turn."""
 
 from __future__ import annotations
 
@@ -75,14 +76,15 @@ def test_a_shuffled_files_lines_go_out_a_document_at_a_time(
     assert [row["custom_id"] for row in rows] == [json.loads(text)["custom_id"] for text in lines]
 
 
+@pytest.mark.parametrize("per_turn", [1, 2])  # 1: the default
 def test_a_turn_takes_at_most_the_document_lines_and_a_document_stays_together(
-    owner, settings, sent_jobs, shuffled_file, django_capture_on_commit_callbacks
+    owner, settings, sent_jobs, shuffled_file, django_capture_on_commit_callbacks, per_turn
 ):
     settings.PATHFINDER_BATCH_MAX_QUEUED = 1
-    settings.PATHFINDER_BATCH_DOCUMENT_LINES = 2
+    settings.PATHFINDER_BATCH_DOCUMENT_LINES = per_turn
     lines, document_of = shuffled_file
     _, sends = fed(owner, "\n".join(lines), sent_jobs, django_capture_on_commit_callbacks)
-    assert max(map(len, sends)) == 2
+    assert max(map(len, sends)) == per_turn
     order = [document_of[c] for send in sends for c in send]
     runs = [d for i, d in enumerate(order) if i == 0 or order[i - 1] != d]
     assert sorted(runs) == list(range(DOCUMENTS)), order  # each document's lines in one run
@@ -92,6 +94,7 @@ def test_lines_sharing_less_than_a_block_go_alone(
     owner, settings, sent_jobs, django_capture_on_commit_callbacks
 ):
     settings.PATHFINDER_BATCH_MAX_QUEUED = 1
+    settings.PATHFINDER_BATCH_DOCUMENT_LINES = 4
     shared = [n % 31 + 1 for n in range(63)]  # 63 tokens: less than a block
     lines = [line(f"l{n}", prompt=shared + [10 + n] * 10, max_tokens=2) for n in range(3)]
     _, sends = fed(owner, "\n".join(lines), sent_jobs, django_capture_on_commit_callbacks)
@@ -102,6 +105,7 @@ def test_two_matters_lines_over_one_document_are_never_one_turn(
     owner, outsider, settings, sent_jobs, shuffled_file, django_capture_on_commit_callbacks
 ):
     settings.PATHFINDER_BATCH_MAX_QUEUED = 2
+    settings.PATHFINDER_BATCH_DOCUMENT_LINES = 4
     lines, _ = shuffled_file
     for app in (owner, outsider):
         create(app, upload(app, "\n".join(lines)).json()["id"])
