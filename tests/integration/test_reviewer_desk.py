@@ -205,7 +205,8 @@ def test_the_charts_are_drawn_from_the_records(run_job, reviewer):
     page = html(reviewer.get(f"/portal/jobs/{job.id}/"))
     assert page.count('<rect class="value"') == len(per_step.bars) + len(by_position.bars)
     assert 'role="img" aria-labelledby="chart-steps-caption"' in page
-    assert '<script src="http' not in page and "cdn" not in page.lower()
+    # Nothing fetched from elsewhere (a CSRF token may hold any letters, "cdn" among them).
+    assert not re.search(r'<(script|link|img)[^>]+(src|href)="(https?:)?//', page)
 
 
 def test_the_prompt_is_shown_in_full_as_the_model_saw_it(owner, reviewer):
