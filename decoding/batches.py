@@ -120,13 +120,9 @@ def _claim_room(matter: Matter, new: BatchFile) -> None:
     the same matter that committed since this one began counts too, so two racing for the last
     room cannot both pass the quota (StorageQuotaExceeded, rolled back)."""
     Matter.objects.select_for_update().filter(pk=matter.pk).values_list("pk").first()
-    others = BatchFile.objects.filter(matter=matter).exclude(pk=new.pk)
-    used = others.aggregate(total=Sum("bytes"))["total"] or 0
-    quota = settings.PATHFINDER_MATTER_STORAGE_BYTES
-    if used + new.bytes > quota:
-        raise _quota_exceeded(
-            "file", matter, f"the file's {new.bytes} bytes are over the room left"
-        )
+    left = storage_left(matter)  # the new file's row says 0 bytes until it is closed
+    if new.bytes > left:
+        raise _quota_exceeded("file", matter, f"the file is over the {left} bytes left")
 
 
 def storage_left(matter: Matter) -> int:
