@@ -50,6 +50,7 @@ def engine(
         SpeculativeDecoder,
         measure_verify_cost,
     )
+    from decoding.engine.decoder import STEP_PARTS as PARTS
     from decoding.engine.decoder import AuditSink
     from decoding.engine.providers.llamacpp import LlamaCppProvider
     from decoding.engine.providers.llamacpp_batch import BatchEngine
@@ -105,11 +106,18 @@ def engine(
     def mean(i: int) -> float | None:
         return round(statistics.mean(p[i] for p in decoding), 2) if decoding else None
 
+    steps = sum(r.steps for r in results)
+    parts = {part: sum(dict(r.parts_ns)[part] for r in results) / steps / 1e3 for part in PARTS}
     return {
         "elapsed_s": round(elapsed, 3), "tokens": tokens, "tok_s": round(tokens / elapsed, 2),
         "llama_decode_share": round(sum(p[2] for p in passes) / elapsed, 3),
         "sequences_per_pass": mean(0), "positions_per_pass": mean(1),
-        "tokens_per_step": round(tokens / sum(r.steps for r in results), 3),
+        "tokens_per_step": round(tokens / steps, 3),
+        # Where a step's time went, in us (engine.decoder.STEP_PARTS), and the decoding passes'
+        # llama_decode per step: the model part beyond it is the hand-over to the engine's
+        # thread and, with neighbours, the wait for their requests.
+        "parts_us_per_step": {part: round(us, 1) for part, us in parts.items()},
+        "llama_decode_us_per_step": round(sum(p[2] for p in decoding) / steps * 1e6, 1),
     }  # fmt: skip
 
 
@@ -186,6 +194,26 @@ def markdown(report: dict) -> str:
             f"{eng['sequences_per_pass']} / {eng['positions_per_pass']}",
             f"{single['sequences_per_pass']} / {single['positions_per_pass']}",
             eng["llama_decode_share"],
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    parts = list(report["rows"][0]["engine"]["parts_us_per_step"])
+    lines += [
+        "",
+        "Where the engine's steps spent their time, us per step (engine.decoder.STEP_PARTS; "
+        "`model` is the pass, waiting for the neighbours' requests included, and llama_decode "
+        "the decoding passes' own time per step), beside plain llama.cpp's time per token "
+        "after its prefills (one pass and an argmax on the float32 logits):",
+        "",
+        "| N | plain us/token | engine us/step | " + " | ".join(parts) + " | llama_decode |",
+        "|---:|---:|---:|" + "---:|" * (len(parts) + 1),
+    ]
+    for row in report["rows"]:
+        eng = row["engine"]
+        per_step = eng["parts_us_per_step"]
+        cells = [
+            row["N"], round(1e6 / row["plain"]["decode_tok_s"], 1),
+            round(sum(per_step.values()), 1), *(per_step[part] for part in parts),
+            eng["llama_decode_us_per_step"],
         ]  # fmt: skip
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
     return "\n".join(lines) + "\n"

@@ -32,7 +32,12 @@ AUDIT_COMMIT_SECONDS = Histogram(
     "Time to commit one batch of decision records (one transaction)",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
 )
-
+STEP_PART_SECONDS = Counter(
+    "pathfinder_step_part_seconds_total",
+    "Time decode steps spent in each part (engine.decoder.STEP_PARTS): divided by "
+    "pathfinder_decode_steps_total, where a step's time goes",
+    ["part"],
+)
 
 OUTPUT_TOKENS = Counter(
     "pathfinder_output_tokens_total", "Tokens decoded for callers (its rate: tokens/s per worker)"
@@ -78,6 +83,8 @@ def job_decoded(result: GenerationResult) -> None:
     OUTPUT_TOKENS.inc(len(result.output_token_ids))
     DRAFTED.inc(result.drafted)
     ACCEPTED.inc(result.accepted)
+    for part, ns in result.parts_ns:
+        STEP_PART_SECONDS.labels(part=part).inc(ns / 1e9)
     for drafted, accepted in result.step_counts:
         for position in range(1, drafted + 1):
             POSITION_DRAFTED.labels(position=str(position)).inc()

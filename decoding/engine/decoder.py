@@ -15,7 +15,7 @@ import numpy as np
 
 from .drafters.base import Drafter, Reference
 from .params import GenerationParams, GenerationRequest
-from .providers.base import Provider
+from .providers.base import Provider, Scores
 from .records import StepRecord
 from .rules import Verdict, verify_greedy, verify_sampling
 from .sampling import top_tokens
@@ -41,6 +41,13 @@ class AuditUnavailable(Exception):
     """The audit sink could not commit a step, so the request fails closed."""
 
 
+# The parts of a step, in the order it takes them (GenerationResult.parts_ns): choosing the
+# draft length, drafting, the target's pass (with a batch engine, waiting for the pass it
+# shares), the scores made from its logits, the rule's decision, building the record, and the
+# audit sink's record and flush.
+STEP_PARTS = ("schedule", "drafter", "model", "scores", "rule", "record", "audit")
+
+
 @dataclass(frozen=True)
 class GenerationResult:
     request_id: str
@@ -55,6 +62,8 @@ class GenerationResult:
     cached_prompt_tokens: int  # leading prompt tokens the target had cached (not evaluated)
     decode_ns: int  # from the first step's start to the last step's commit
     audit_ns: int  # inside sink.record, summed over the steps (part of decode_ns)
+    # Per STEP_PARTS part, the nanoseconds the steps spent in it (their sum is about decode_ns).
+    parts_ns: tuple[tuple[str, int], ...] = ()
 
     @property
     def acceptance_rate(self) -> float:
@@ -86,12 +95,13 @@ def _stop_reason(
     return None
 
 
-def _target_top(logprobs, emitted: int, n: int) -> tuple | None:
+def _target_top(scores: Scores, emitted: int, n: int) -> tuple | None:
     """The target's n most probable tokens at each emitted position, by its own distribution
     (the emitted tokens sit at positions 0.., since a step keeps an accepted prefix and then its
     correction or bonus)."""
     if n == 0:
         return None
+    logprobs = scores.logprobs(emitted)
     return tuple(
         tuple((token, float(logprobs[i, token])) for token, _ in top_tokens(np.exp(logprobs[i]), n))
         for i in range(emitted)
@@ -157,11 +167,13 @@ class SpeculativeDecoder:
         output: list[int] = []
         step_counts: list[tuple[int, int]] = []
         drafted = accepted = step = audit_ns = 0
+        parts = dict.fromkeys(STEP_PARTS, 0)
         stop_reason = None
         while stop_reason is None:
             if cancelled is not None and cancelled():
                 stop_reason = "cancelled"
                 break
+            scheduling = time.perf_counter_ns()
             context = [*prompt, *output]
             wanted = schedule.next_length(params.draft_length)
             if not 0 <= wanted <= params.draft_length:
@@ -180,16 +192,15 @@ class SpeculativeDecoder:
             proposed = draft.tokens.tolist()
             k = len(proposed)
             scores = self._target.next_scores([*context, *proposed], k + 1, params)
-            p = scores.p
+            scored_at = time.perf_counter_ns()
             if params.is_greedy:
-                verdict = verify_greedy(draft, p)
+                verdict = verify_greedy(draft, scores)
             else:
-                verdict = verify_sampling(draft, p, seed=params.seed, step=step)
+                verdict = verify_sampling(draft, scores, seed=params.seed, step=step)
             verified_at = time.perf_counter_ns()
 
             kept = [*proposed[: verdict.accepted_count], verdict.correction_token]
             emitted = _until_eos(kept, params.eos_token_id)
-            own = scores.logprobs(len(emitted))  # the emitted positions' alone
             stop_reason = _stop_reason(output, emitted, params, stop)
             record = StepRecord(
                 request_id=request.request_id,
@@ -204,13 +215,21 @@ class SpeculativeDecoder:
                 draft_ns=drafted_at - started,
                 verify_ns=verified_at - drafted_at,
                 draft_source=draft.source,
-                logprobs=tuple(float(own[i, t]) for i, t in enumerate(emitted)),
-                target_top=_target_top(own, len(emitted), request.top_logprobs),
+                logprobs=scores.emitted_logprobs(emitted),
+                target_top=_target_top(scores, len(emitted), request.top_logprobs),
                 **self._texts(proposed, verdict, emitted),
             )
             committing = time.perf_counter_ns()
             self._commit(record)
-            audit_ns += time.perf_counter_ns() - committing
+            committed = time.perf_counter_ns()
+            audit_ns += committed - committing
+            parts["schedule"] += started - scheduling
+            parts["drafter"] += drafted_at - started
+            parts["model"] += scored_at - drafted_at - scores.made_ns
+            parts["scores"] += scores.made_ns
+            parts["rule"] += verified_at - scored_at
+            parts["record"] += committing - verified_at
+            parts["audit"] += committed - committing
             output.extend(emitted)
             drafted += k
             accepted += verdict.accepted_count
@@ -222,6 +241,7 @@ class SpeculativeDecoder:
         self._flush(step)  # before the result releases the output
         committed = time.perf_counter_ns()
         audit_ns += committed - flushing
+        parts["audit"] += committed - flushing
         return GenerationResult(
             request_id=request.request_id,
             output_token_ids=tuple(output),
@@ -235,6 +255,7 @@ class SpeculativeDecoder:
             cached_prompt_tokens=cached_prompt_tokens,
             decode_ns=committed - decode_started,
             audit_ns=audit_ns,
+            parts_ns=tuple(parts.items()),
         )
 
     def _texts(self, draft: list[int], verdict: Verdict, emitted: tuple[int, ...]) -> dict:

@@ -12,7 +12,7 @@ import numpy as np
 
 from .drafters.base import Draft
 from .rng import uniform
-from .sampling import sample
+from .sampling import Distributions, sample
 
 GREEDY = "greedy-argmax"
 SAMPLING = "speculative-sampling"
@@ -53,57 +53,65 @@ def _accepted_prefix(accept: np.ndarray) -> int:
     return int(np.cumprod(accept).sum())
 
 
-def _token_probs(dist: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    return dist[np.arange(len(tokens)), tokens]
+def _distributions(p: Distributions | np.ndarray) -> Distributions:
+    """p as the rules read it: a step's Scores, or a dense (k + 1, vocab) array."""
+    return p if isinstance(p, Distributions) else Distributions(np.asarray(p))
 
 
-def verify_greedy(draft: Draft, p: np.ndarray) -> Verdict:
+def verify_greedy(draft: Draft, p: Distributions | np.ndarray) -> Verdict:
     """Temperature 0: keep drafted x_i while x_i == argmax p_i; the target's argmax follows.
 
-    The output is then the target's own greedy decoding token for token.
+    The output is then the target's own greedy decoding token for token. Rows past the first
+    mismatch are never looked at.
     """
+    p = _distributions(p)
     k = len(draft.tokens)
-    target_choice = np.argmax(p, axis=-1)
-    n = _accepted_prefix(draft.tokens == target_choice[:k])
-    token = int(target_choice[n])
+    n = 0
+    while n < k and int(draft.tokens[n]) == p.choice(n):
+        n += 1
+    token = p.choice(n)
     return Verdict(
         rule=GREEDY,
         tokens=draft.tokens,
         q=draft.q_of_tokens(),
-        p=_token_probs(p, draft.tokens),
+        p=p.probs_at(draft.tokens),
         ratio=None,
         u=None,
         accepted_count=n,
         correction_token=token,
         correction_kind="argmax" if n < k else "argmax-bonus",
         correction_u=None,
-        correction_p=float(p[n, token]),
+        correction_p=p.prob(n, token),
     )
 
 
-def verify_sampling(draft: Draft, p: np.ndarray, *, seed: int, step: int) -> Verdict:
+def verify_sampling(
+    draft: Draft, p: Distributions | np.ndarray, *, seed: int, step: int
+) -> Verdict:
     """Speculative sampling (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023, Algorithm 2).
 
     Accept x_i iff u_i < min(1, p_i(x_i) / q_i(x_i)). At the first rejection, draw from
     norm(max(0, p_i - q_i)); if all k are accepted, draw a bonus token from p_k. Either way the
     emitted token is distributed exactly as p_i.
     """
+    p = _distributions(p)
     k = len(draft.tokens)
     q_x = draft.q_of_tokens()
     if np.any(q_x <= 0):
         raise ValueError("a drafter proposed a token to which its own q gives no probability")
-    p_x = _token_probs(p, draft.tokens)
+    p_x = p.probs_at(draft.tokens)
     ratio = p_x / q_x
     u = np.array([uniform(seed, step, i, "accept") for i in range(k)])
     n = _accepted_prefix(u < np.minimum(1.0, ratio))
     if n < k:
-        residual = np.maximum(p[n] - draft.q_row(n), 0.0)
+        row = p.row(n)
+        residual = np.maximum(row - draft.q_row(n), 0.0)
         # Mathematically positive after a rejection; rounding can empty it, and then p is exact.
-        dist = residual if residual.sum() > 0 else p[n]
+        dist = residual if residual.sum() > 0 else row
         correction_u = uniform(seed, step, n, "residual")
         kind = "residual"
     else:
-        dist = p[k]
+        dist = p.row(k)
         correction_u = uniform(seed, step, k, "bonus")
         kind = "bonus"
     token = sample(dist, correction_u)
@@ -118,5 +126,5 @@ def verify_sampling(draft: Draft, p: np.ndarray, *, seed: int, step: int) -> Ver
         correction_token=token,
         correction_kind=kind,
         correction_u=correction_u,
-        correction_p=float(p[n, token]),
+        correction_p=p.prob(n, token),
     )

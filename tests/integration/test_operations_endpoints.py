@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from audit.log import checkpoint_create
 from audit.verification import verify_everything
+from decoding.engine.decoder import STEP_PARTS
 
 
 def samples(text: str) -> dict:
@@ -68,6 +69,12 @@ def test_metrics_reports_jobs_by_status_and_speculation_counters(client, run_job
     assert grew("pathfinder_position_drafted_total", (("position", "1"),)) > 0
     assert grew("pathfinder_jobs_finished_total", (("status", "succeeded"),)) == 1
     assert grew("pathfinder_audit_commit_seconds_count") >= 1
+    # Every part of a step is timed, and the parts add up to no more than the decode itself.
+    parts = {
+        part: grew("pathfinder_step_part_seconds_total", (("part", part),)) for part in STEP_PARTS
+    }
+    assert all(parts[part] > 0 for part in ("model", "scores", "rule", "record", "audit")), parts
+    assert sum(parts.values()) <= job.decode_ms / 1000 + 0.001
     assert any(name.startswith("django_http_requests") for name, _ in after)
 
 

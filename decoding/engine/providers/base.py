@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass
@@ -9,7 +10,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..params import GenerationParams
-from ..sampling import Softmax, log_softmax, warp
+from ..sampling import Distributions, Softmax, warp
 
 
 @dataclass(frozen=True)
@@ -69,28 +70,58 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-class Scores:
-    """One pass's (num_positions, vocab) rows: `p`, warped by the request's parameters (what
-    decisions compare), and the `logits` they came from, whose log-softmax is what is reported."""
+class Scores(Distributions):
+    """One pass's (num_positions, vocab) rows, as the verification rules read them (p, warped by
+    the request's parameters) and as the records report them (the model's own log-probabilities
+    of the `logits`), making only what a step reads. Greedy p is the plain softmax, read from
+    one exp pass (sampling.Softmax) point by point: a step needs each row's most probable token
+    and p at a few tokens, never a whole divided row. Sampled p is warped whole, since a draw
+    reads a whole row; its log-probabilities then take their own pass, of the emitted rows only.
+    Every value has the bits the dense computation gives (tests/unit/engine/test_engine_scores).
+    """
 
     def __init__(self, logits: np.ndarray, params: GenerationParams) -> None:
+        started = time.perf_counter_ns()
         self.logits = logits
-        if params.is_greedy:
-            # Greedy p is the plain softmax: the log-softmax reuses its pass (sampling.Softmax),
-            # which works in this float64 copy of the logits.
-            z = np.array(logits, dtype=np.float64)
-            self._softmax: Softmax | None = Softmax(z, scratch=True)
-            self.p = self._softmax.probs()
-        else:
-            self._softmax = None
-            self.p = warp(logits, params)
+        self._greedy = params.is_greedy
+        self._dense: np.ndarray | None = None if self._greedy else warp(logits, params)
+        self._softmax: Softmax | None = Softmax(logits) if self._greedy else None
+        self.made_ns = time.perf_counter_ns() - started  # a step's "scores" part
+
+    @property
+    def p(self) -> np.ndarray:
+        if self._dense is None:
+            self._dense = self._own(len(self.logits)).probs()
+        return self._dense
+
+    def choice(self, row: int) -> int:
+        return self._softmax.choice(row) if self._greedy else super().choice(row)
+
+    def probs_at(self, tokens: np.ndarray) -> np.ndarray:
+        return self._softmax.probs_at(tokens) if self._greedy else super().probs_at(tokens)
+
+    def prob(self, row: int, token: int) -> float:
+        return self._softmax.prob(row, token) if self._greedy else super().prob(row, token)
+
+    def row(self, row: int) -> np.ndarray:
+        if self._greedy and self._dense is None:
+            return self._softmax.exps[row] / self._softmax.total[row]
+        return super().row(row)
+
+    def emitted_logprobs(self, tokens: Sequence[int]) -> tuple[float, ...]:
+        """The model's own log-probability of tokens[i] at position i (the emitted tokens)."""
+        return self._own(len(tokens)).log_probs_at(tokens)
 
     def logprobs(self, rows: int) -> np.ndarray:
-        """The model's own log-probabilities at the first `rows` positions: only the emitted
-        ones are asked for, since a log-softmax over the whole vocabulary costs per row."""
-        if self._softmax is not None:
-            return self._softmax.log_probs(rows)
-        return log_softmax(self.logits[:rows])
+        """The model's own log-probabilities at the first `rows` positions, whole rows (for the
+        most probable tokens a request asks to see)."""
+        return self._own(rows).log_probs(rows)
+
+    def _own(self, rows: int) -> Softmax:
+        """The unwarped softmax of at least the first `rows` positions."""
+        if self._softmax is None or len(self._softmax.logits) < rows:
+            self._softmax = Softmax(self.logits[:rows])
+        return self._softmax
 
 
 class Provider(ABC):

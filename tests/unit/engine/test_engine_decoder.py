@@ -13,10 +13,12 @@ from decoding.engine import (
     DraftSchedule,
     GenerationParams,
     GenerationRequest,
+    Provider,
     SpeculativeDecoder,
     StubProvider,
     uniform,
 )
+from decoding.engine.decoder import STEP_PARTS
 from decoding.engine.sampling import sample
 from tests.unit.engine.conftest import CountingProvider, FakeTokenizer, TableProvider
 
@@ -383,3 +385,32 @@ def test_the_text_of_tokens_cut_after_end_of_sequence_is_not_emitted_either(sink
     payload = sink.records[0].payload()
     assert [d["text"] for d in payload["drafted"]] == ["<1>", "<3>", "<2>"]
     assert payload["emitted_text"] == ["<1>", "<3>"]
+
+
+class SlowTarget(Provider):
+    """A target whose pass takes a known time, beside a sink that takes another."""
+
+    SECONDS = 0.003
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.identity, self.vocab_size = inner.identity, inner.vocab_size
+
+    def logits(self, context, num_positions):
+        time.sleep(self.SECONDS)
+        return self._inner.logits(context, num_positions)
+
+
+def test_each_part_of_a_step_is_timed_where_it_happens_and_the_parts_add_up(sink):
+    draft = StubProvider(seed=0, noise_seed=1, noise=0.5, name="draft")
+    target = SlowTarget(StubProvider(seed=0, name="target"))
+    decoder = SpeculativeDecoder(DraftModelDrafter(draft), target, SlowSink(sink))
+    result = decoder.generate(GenerationRequest("r", (3, 4, 5), GenerationParams(max_tokens=20)))
+    parts = dict(result.parts_ns)
+    assert list(parts) == list(STEP_PARTS)
+    assert parts["model"] >= result.steps * SlowTarget.SECONDS * 1e9
+    assert parts["audit"] >= result.steps * SlowSink.SECONDS * 1e9
+    assert parts["audit"] == result.audit_ns
+    assert all(parts[part] > 0 for part in ("drafter", "scores", "rule", "record"))
+    assert parts["scores"] < parts["model"]  # the pass's sleep is not counted as scores
+    assert sum(parts.values()) <= result.decode_ns
