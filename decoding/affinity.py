@@ -14,7 +14,8 @@ Bounds. Keeping a document together never leaves a worker idle: when the documen
 busy and another holds nothing, the next idle worker in the document's order takes the job. A
 worker with PATHFINDER_WORKER_SEQUENCES messages already waiting in its own queue gets no more:
 the job goes to the shared queue, which the first free worker takes from, so a hot document
-spreads over the workers rather than queueing behind itself. A worker is live while it
+spreads over the workers rather than queueing behind itself. A worker that holds nothing takes
+what waits in a busy worker's queue (decoding.delivery.take_waiting). A worker is live while it
 renews its presence (decoding.delivery.Holder, with its marks); one that stops gets no new jobs,
 and the recovery sweep sends what waits in its queue again (decoding.delivery.lost). Priorities
 hold across a worker's queues (kombu reads every queue's highest step first). With one worker,

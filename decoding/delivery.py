@@ -130,6 +130,45 @@ def _in_redis() -> set[str]:
         return waiting
 
 
+def take_waiting(worker: str) -> list[str]:
+    """An idle worker's share of what waits for busy ones: while `worker` is live and its own
+    queue is empty, up to PATHFINDER_WORKER_SEQUENCES messages move, the oldest of the highest
+    priority first, from the queue of the live worker with the most waiting to `worker`'s own
+    queue, which it consumes at once. A message waits in a worker's own queue only while that
+    worker's slots are full, so it goes where a slot is free rather than behind the document's
+    worker (its evaluation of the document is given up for that job). Each move is one atomic
+    RPOPLPUSH, so a message is taken by its worker or moved, never both. Returns the moved
+    messages' task ids. The caller holds nothing (decoding.delivery.Holder)."""
+    if not affinity.enabled():
+        return []
+    moved: list[str] = []
+    with current_app.connection_for_write() as connection:
+        client = connection.default_channel.client
+        live, _ = affinity.workers(client)
+        if worker not in live:
+            return []
+        queues = {w: affinity.queue_names(affinity.worker_queue(w)) for w in live}
+        pipe = client.pipeline()
+        for w in live:
+            for name in queues[w]:
+                pipe.llen(name)
+        lengths = iter(pipe.execute())
+        waiting = {w: sum(next(lengths) for _ in queues[w]) for w in live}
+        if waiting[worker]:
+            return []
+        budget = settings.PATHFINDER_WORKER_SEQUENCES
+        for busy in sorted((w for w in live if waiting[w]), key=lambda w: -waiting[w]):
+            # queue_names lists the priority steps highest first; kombu pops the right end.
+            for source, target in zip(queues[busy], queues[worker], strict=True):
+                while len(moved) < budget and (raw := client.rpoplpush(source, target)):
+                    moved.append(_task_id(raw))
+            if len(moved) >= budget:
+                break
+    if moved:
+        logger.info("took waiting jobs from a busy worker", extra={"worker": worker, "jobs": moved})
+    return moved
+
+
 def _in_folder(folder: Path) -> set[str]:
     queue = settings.CELERY_TASK_DEFAULT_QUEUE
     ids = set()
@@ -147,7 +186,8 @@ def _task_id(raw: bytes) -> str:
 
 class Holder:
     """A worker's renewal of its marks: every HOLD_S / 4 seconds, on a thread of the worker's
-    main process, the jobs of every message it has received and not yet acknowledged."""
+    main process, the jobs of every message it has received and not yet acknowledged; and, when
+    it holds none, its turn to take what waits for busy workers (take_waiting)."""
 
     def __init__(self, worker: str):
         self.worker = worker
@@ -162,12 +202,18 @@ class Holder:
 
     def _run(self) -> None:
         while not self._stop.wait(HOLD_S / 4):
-            try:
-                affinity.announce(self.worker)
-                hold(_held_job_ids(), self.worker)
-            except Exception as exc:  # the database is away: marks lapse, the sweep resends
-                logger.warning("could not renew held jobs", extra={"error": str(exc)})
-                close_old_connections()
+            self.renew()
+
+    def renew(self) -> None:
+        try:
+            affinity.announce(self.worker)
+            held = _held_job_ids()
+            hold(held, self.worker)
+            if not held:
+                take_waiting(self.worker)
+        except Exception as exc:  # the database is away: marks lapse, the sweep resends
+            logger.warning("could not renew held jobs", extra={"error": str(exc)})
+            close_old_connections()
 
 
 def _held_job_ids() -> set[str]:

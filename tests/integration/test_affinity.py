@@ -112,3 +112,59 @@ def test_a_worker_that_stopped_renewing_gets_nothing_and_its_queue_is_sent_again
     assert lost and lost == {pk for pk, queue in routed.items() if queue == gone}
     assert not redis_queue.exists(gone)  # dropped: the sweep's sends are the only copies
     assert all(affinity.queue_for(j) != gone for j in jobs)
+
+
+def waiting_ids(client, queue: str) -> list[str]:
+    """Task ids in a worker's queue, the next to be taken first (kombu pops the right end)."""
+    return [
+        delivery._task_id(raw)
+        for name in affinity.queue_names(queue)
+        for raw in reversed(client.lrange(name, 0, -1))
+    ]
+
+
+def test_an_idle_worker_takes_the_oldest_messages_waiting_for_a_busy_one(
+    owner, redis_queue, settings
+):
+    settings.PATHFINDER_WORKER_SEQUENCES = 3
+    busy, idle = WORKERS
+    for worker in WORKERS:
+        affinity.announce(worker)
+    jobs = [job(owner, document(random.Random(9), 100 + n)) for n in range(5)]
+    busy_queue, idle_queue = affinity.worker_queue(busy), affinity.worker_queue(idle)
+    for j in jobs:  # real messages, as the feeder sends them, all waiting for the busy worker
+        current_app.send_task(delivery.RUN_GENERATION, args=[str(j.pk)], task_id=str(j.pk),
+                              queue=busy_queue)  # fmt: skip
+    sent = [str(j.pk) for j in jobs]
+    assert waiting_ids(redis_queue, busy_queue) == sent
+
+    assert delivery.take_waiting(idle) == sent[:3]  # its slots' worth, oldest first
+    assert waiting_ids(redis_queue, idle_queue) == sent[:3]
+    assert waiting_ids(redis_queue, busy_queue) == sent[3:]
+    assert delivery.take_waiting(idle) == []  # its own queue is not empty: nothing more
+    a_minute_ago = timezone.now() - dt.timedelta(minutes=1)
+    GenerationJob.objects.filter(pk__in=sent).update(enqueued_at=a_minute_ago)
+    assert delivery.lost(timezone.now()) == []  # moved, never dropped nor doubled
+
+    assert delivery.take_waiting(busy) == []  # the busy worker's own queue holds the rest
+    redis_queue.delete(*affinity.queue_names(idle_queue))
+    redis_queue.hset(affinity.presence_key(), idle, time.time() - 1)
+    assert delivery.take_waiting(idle) == []  # a worker that stopped renewing takes nothing
+    affinity.announce(idle)
+    settings.PATHFINDER_DOCUMENT_AFFINITY = False
+    assert delivery.take_waiting(idle) == []
+    assert waiting_ids(redis_queue, busy_queue) == sent[3:]
+
+
+def test_a_worker_takes_waiting_messages_only_while_it_holds_nothing(monkeypatch):
+    taken, held = [], set()
+    monkeypatch.setattr(affinity, "announce", lambda worker: None)
+    monkeypatch.setattr(delivery, "hold", lambda ids, worker: None)
+    monkeypatch.setattr(delivery, "_held_job_ids", lambda: held)
+    monkeypatch.setattr(delivery, "take_waiting", taken.append)
+    holder = delivery.Holder("w1@alpha")
+    holder.renew()
+    assert taken == ["w1@alpha"]
+    held.add("a job it decodes")
+    holder.renew()
+    assert taken == ["w1@alpha"]
