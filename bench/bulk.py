@@ -30,8 +30,9 @@ the caches hold, as 50,000 lines over thousands of documents are, in a run of mi
 PATHFINDER_BATCH_MAX_QUEUED is N (a turn for each worker).
 Reported: lines per minute, each way's ratio to sorted and plain, prompt tokens evaluated
 against the unique prompt tokens (for the llama.cpp ways, counted from the prefix each reuses;
-the service's are not counted here), the slowest line (for the llama.cpp ways; a batch's lines
-all end by its end), and the load average before and after.
+for the service, each line's prompt less the tokens its worker had cached, as its job records
+them), the slowest line (for the service, from its job's start on a worker to its end: a
+batch's lines all wait for its turns), and the load average before and after.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psycopg
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,6 +122,7 @@ def run_service(rows: list[dict], threads: int, workers: int, env: dict) -> dict
             seconds = time.monotonic() - started
             output = requests.get(f"{base}/v1/files/{batch['output_file_id']}/content",
                                   headers=headers, timeout=120).text.splitlines()  # fmt: skip
+            evaluated, slowest = service_counts(stack.url)
         finally:
             stack.stop()
     answers = {
@@ -127,7 +130,19 @@ def run_service(rows: list[dict], threads: int, workers: int, env: dict) -> dict
         for row in map(json.loads, output)
     }
     return {"answered": len(answers), "seconds": seconds, "answers": answers,
-            "evaluated": None, "slowest_s": None}  # fmt: skip
+            "evaluated": evaluated, "slowest_s": slowest}  # fmt: skip
+
+
+def service_counts(database_url: str) -> tuple[int, float]:
+    """(prompt tokens the workers evaluated, the slowest line's seconds on a worker), from the
+    run's jobs: each prompt less the leading tokens its worker had cached."""
+    with psycopg.connect(database_url) as db:
+        evaluated, slowest = db.execute(
+            "SELECT sum(jsonb_array_length(prompt_token_ids) - cached_prompt_tokens), "
+            "max(extract(epoch FROM finished_at - started_at)) "
+            "FROM decoding_generationjob WHERE status = 'succeeded'"
+        ).fetchone()
+    return int(evaluated), round(float(slowest), 2)
 
 
 class Peer:
