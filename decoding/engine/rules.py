@@ -66,10 +66,10 @@ def verify_greedy(draft: Draft, p: Distributions | np.ndarray) -> Verdict:
     """
     p = _distributions(p)
     k = len(draft.tokens)
-    n = 0
-    while n < k and int(draft.tokens[n]) == p.choice(n):
+    n, token = 0, p.choice(0)
+    while n < k and int(draft.tokens[n]) == token:
         n += 1
-    token = p.choice(n)
+        token = p.choice(n)
     return Verdict(
         rule=GREEDY,
         tokens=draft.tokens,
