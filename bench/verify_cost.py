@@ -27,14 +27,13 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.llama_builds import wheel_library, wheelhouse  # noqa: E402
 from bench.machine import cpu_seconds, load_average, run_facts, save_results, wait_for_quiet  # noqa: E402
 
 HELDOUT = ROOT / "bench" / "data" / "heldout"
@@ -163,11 +162,7 @@ class Child:
 def baseline_wheel(given: Path | None) -> Path:
     if given:
         return given
-    key = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "llama_build_flags.py"), "--key"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    house = Path.home() / ".cache" / "pathfinder" / "wheels" / f"llama-{key}"
+    house = wheelhouse()
     wheels = sorted(house.glob("llama_cpp_python-0.3.36-*.whl"))
     if not wheels:
         raise SystemExit(
@@ -359,12 +354,7 @@ def main(argv=None) -> int:
     wheel = baseline_wheel(args.baseline_wheel)
     workloads = heldout_prompts(model)
     load = wait_for_quiet(args.max_load, 600)
-    with tempfile.TemporaryDirectory(prefix="unpatched-llama-") as scratch:
-        with zipfile.ZipFile(wheel) as archive:
-            archive.extractall(scratch)
-        library = Path(scratch) / "llama_cpp" / "lib"
-        for path in library.iterdir():
-            path.chmod(0o755)
+    with wheel_library(wheel) as library:
         busy0, _ = cpu_seconds()
         processes = {
             "unpatched": Process("unpatched", model, args.threads, library),

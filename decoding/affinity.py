@@ -11,7 +11,9 @@ of the documents for each of n workers, and only the gone worker's share moved w
 goes. Each worker consumes its own queue beside the shared one (pathfinder_site.celery).
 
 Bounds. Keeping a document together never leaves a worker idle: when the document's worker is
-busy and another holds nothing, the next idle worker in the document's order takes the job. A
+busy and another holds nothing, the next idle worker in the document's order takes the job;
+jobs routed at the same moment each claim a different idle worker (until it marks the job
+received), so questions asked at once spread over the idle workers. A
 worker with PATHFINDER_WORKER_SEQUENCES messages already waiting in its own queue gets no more:
 the job goes to the shared queue, which the first free worker takes from, so a hot document
 spreads over the workers rather than queueing behind itself. A worker that holds nothing takes
@@ -38,6 +40,8 @@ from decoding.models import GenerationJob
 
 # A worker's presence lasts this long; it renews it with its marks, four times as often.
 PRESENCE_S = 20
+# A claim on an idle worker lasts until it marks the job received, or this long at most.
+CLAIM_MS = 5000
 
 
 def worker_queue(worker: str) -> str:
@@ -96,7 +100,7 @@ def queue_for(job: GenerationJob) -> str | None:
     document = document_digest(job.prompt_token_ids or ())
     if document is None:
         return None
-    with current_app.connection_for_read() as connection:
+    with current_app.connection_for_write() as connection:
         client = connection.default_channel.client
         live, _ = workers(client)
         if len(live) < 2:
@@ -107,13 +111,32 @@ def queue_for(job: GenerationJob) -> str | None:
                 pipe.llen(name)
         lengths = iter(pipe.execute())
         waiting = {worker: sum(next(lengths) for _ in queue_names("")) for worker in live}
-    held = _held(live)
-    order = sorted(live, key=lambda worker: _weight(job.matter_id, document, worker), reverse=True)
-    idle = [worker for worker in order if not waiting[worker] and not held.get(worker)]
-    chosen = order[0] if not idle or idle[0] == order[0] else idle[0]
+        held = _held(live)
+        order = sorted(live, key=lambda w: _weight(job.matter_id, document, w), reverse=True)
+        idle = (worker for worker in order if not waiting[worker] and not held.get(worker))
+        chosen = next((worker for worker in idle if _claim(client, worker, job)), order[0])
     if waiting[chosen] >= settings.PATHFINDER_WORKER_SEQUENCES:
         return None
     return worker_queue(chosen)
+
+
+def claim_key(worker: str) -> str:
+    """The Redis key that says an idle `worker` was just given a job it has not received yet."""
+    return f"{settings.CELERY_TASK_DEFAULT_QUEUE}.claim.{worker}"
+
+
+def _claim(client, worker: str, job: GenerationJob) -> bool:
+    """Take the idle `worker` for this job, unless a job routed at the same moment took it:
+    between the routing and the worker's receipt mark, neither its queue nor its marks show the
+    job, so without the claim every question asked at once would go to the same idle worker."""
+    return bool(client.set(claim_key(worker), str(job.pk), nx=True, px=CLAIM_MS))
+
+
+def received(worker: str) -> None:
+    """`worker` marked a job it received: its marks count it busy now, so its claim ends."""
+    if enabled():
+        with current_app.connection_for_write() as connection:
+            connection.default_channel.client.delete(claim_key(worker))
 
 
 def _held(live: list[str]) -> dict[str, int]:

@@ -101,11 +101,12 @@ _holder = None
 def mark_received(sender, request, **_) -> None:
     """The job's message is this worker's now (decoding.delivery): marked before it waits for
     a slot, so the recovery sweep does not send it again."""
-    from decoding import delivery
+    from decoding import affinity, delivery
 
     if request.name == delivery.RUN_GENERATION:
         try:
             delivery.hold([request.id], sender.hostname)
+            affinity.received(sender.hostname)
         except Exception as exc:  # the holder's next renewal marks it, or the sweep resends it
             logger.warning("could not mark a received job", extra={"error": str(exc)})
 

@@ -48,6 +48,15 @@ def document(rng: random.Random, length: int) -> list[int]:
     return [rng.randrange(1, 30) for _ in range(length)]
 
 
+def route(j: GenerationJob) -> str | None:
+    """The job's queue, asked after every job routed before it was received (its claim ended),
+    as when questions come one at a time."""
+    queue = affinity.queue_for(j)
+    for worker in WORKERS:
+        affinity.received(worker)
+    return queue
+
+
 def test_every_question_of_a_document_goes_to_one_worker_and_documents_spread(owner, redis_queue):
     for worker in WORKERS:
         affinity.announce(worker)
@@ -55,7 +64,7 @@ def test_every_question_of_a_document_goes_to_one_worker_and_documents_spread(ow
     chosen = set()
     for _ in range(12):
         text = document(rng, rng.randrange(64, 600))
-        queues = {affinity.queue_for(job(owner, text + document(rng, n))) for n in (3, 9, 40)}
+        queues = {route(job(owner, text + document(rng, n))) for n in (3, 9, 40)}
         assert len(queues) == 1 and None not in queues, queues
         chosen |= queues
     assert chosen == {affinity.worker_queue(worker) for worker in WORKERS}
@@ -92,6 +101,20 @@ def test_a_busy_workers_document_goes_to_an_idle_worker_never_past_a_busy_one(ow
     assert affinity.queue_for(job(owner, text + [6])) == first
 
 
+def test_questions_routed_at_once_each_claim_an_idle_worker_until_received(owner, redis_queue):
+    """Three questions of one document routed before any is received: neither queue nor marks
+    show the first, so without the claim all three would go to the same idle worker."""
+    for worker in WORKERS:
+        affinity.announce(worker)
+    text = document(random.Random(10), 120)
+    queues = [affinity.queue_for(job(owner, text + [n])) for n in range(3)]
+    assert len(set(queues)) == 2 and None not in queues, queues
+    assert queues[2] == queues[0]  # no idle worker left: the document's own worker
+    first = queues[0].removeprefix(affinity.worker_queue(""))
+    affinity.received(first)  # its worker marked the job: that claim ended
+    assert affinity.queue_for(job(owner, text + [7])) == queues[0]
+
+
 def test_a_worker_that_stopped_renewing_gets_nothing_and_its_queue_is_sent_again(
     owner, redis_queue
 ):
@@ -99,7 +122,7 @@ def test_a_worker_that_stopped_renewing_gets_nothing_and_its_queue_is_sent_again
     for worker in WORKERS:
         affinity.announce(worker)
     jobs = [job(owner, document(rng, 100 + n)) for n in range(8)]
-    routed = {j.pk: affinity.queue_for(j) for j in jobs}
+    routed = {j.pk: route(j) for j in jobs}
     assert None not in routed.values()
     for j in jobs:  # into the workers' queues, as the feeder sends them
         delivery.send(j)

@@ -14,6 +14,7 @@ products): they hold because `make install` builds the patched library (patches/
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from decoding.engine.providers.llamacpp import fill_batch
+from decoding.engine.providers.llamacpp import build_features, fill_batch
 
 from .conftest import THREADS
 
@@ -154,3 +155,23 @@ def test_two_threads_give_the_logits_of_one(examined):
     two = Examiner(Path(examiner.llama.model_path), threads=2)
     two.prefill(tokens[:64])
     assert_bitwise(two.decode(tokens[64:73], 64, 9), sequential[64:73], range(64, 73))
+
+
+# The SHA-256 of every position's logits decoded one token per call (`examined`), as the patch
+# set bi.48d6da6c066c (patches 0001 and 0002) gave them on x86 with AVX2, FMA and F16C, the build
+# recorded trails were made with. A later patch may make the kernels faster, never change these
+# bits: a trail's replay re-computes them (0003 skips attention's masked work, and keeps them).
+LOGITS_SHA256 = {
+    "served Q8_0": "0f31d19d281d5e04b2e8bc62cc8b67fa162b78c2ef32d3a7efd2c677c20e1e81",
+    "shipped Q4_1": "476d1b9cc076dd69feee557e7127ad663db963c985a84b96825019e7a0fa6afc",
+}
+
+
+@pytest.mark.skipif(
+    not {"AVX2", "FMA", "F16C"} <= set(build_features().split()),
+    reason="a build without AVX2, FMA and F16C takes vec_dot's order (patches/llama.cpp/README.md)",
+)
+def test_the_logits_keep_the_bits_recorded_trails_were_made_with(examined, request):
+    _, _, sequential = examined
+    digest = hashlib.sha256(sequential.tobytes()).hexdigest()
+    assert digest == LOGITS_SHA256[request.node.callspec.params["examined"]]

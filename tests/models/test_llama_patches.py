@@ -1,7 +1,7 @@
 """The llama.cpp that `make install` puts in .venv: built with patches/llama.cpp, named by its
-patch set in every record, bit for bit batch-invariant in its mat-mul kernels, and with soft_max's
-SIMD maximum finding every row's maximum (the C tests patches/llama.cpp/test-*.c, compiled here
-against the installed library)."""
+patch set in every record, bit for bit batch-invariant in its mat-mul kernels, with soft_max's
+SIMD maximum finding every row's maximum, and attention skipping only what its mask hides (the C
+tests patches/llama.cpp/test-*.c, compiled here against the installed library)."""
 
 from __future__ import annotations
 
@@ -60,3 +60,9 @@ def test_every_batch_size_is_bit_identical_to_the_single_token_kernel(tmp_path):
 def test_soft_max_finds_every_rows_maximum_and_keeps_each_row_as_computed_alone(tmp_path):
     out = run_c_test(PATCHES / "test-soft-max-maximum.c", tmp_path)
     assert "every row's maximum found, every row as computed alone" in out
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler on this machine")
+def test_what_attentions_mask_lets_the_kernels_skip_changes_no_value_that_is_read(tmp_path):
+    out = run_c_test(PATCHES / "test-attention-mask-skip.c", tmp_path)
+    assert "every value read bit-identical with and without the skips" in out

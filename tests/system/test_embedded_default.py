@@ -224,6 +224,12 @@ def test_the_embedded_default_serves_a_job_on_sqlite_and_the_filesystem_queue(tm
             ).fetchone()
         assert (status, attempts) == ("cancelled", 1), (status, attempts, serve.tail())
         assert "Perhaps out of memory" not in serve.log(), serve.tail()
+    except requests.ConnectionError:
+        # Once on CI (2026-12-07) /metrics was refused after /readyz had answered: say whether
+        # serve was still running and what it logged last, so the next failure names its cause.
+        state = "running" if serve.alive() else f"exited {serve.popen.returncode}"
+        print(f"serve was {state} when a request was refused; its log ends:\n{serve.tail(200)}")
+        raise
     finally:
         serve.stop()
 
