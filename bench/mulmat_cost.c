@@ -12,8 +12,13 @@
 //   gcc -O2 bench/mulmat_cost.c -I$lib/../../include -L$lib -lggml -lggml-base -lggml-cpu -o /tmp/mulmat_cost
 //   for dir in $lib LLAMA_CHECKOUT/build/bin; do LD_LIBRARY_PATH=$dir /tmp/mulmat_cost 5; done
 //
+// With a third argument "prefill", n = 1, 16 and 512 (a prefill chunk) without the LM head
+// (a prefill evaluates it for its last position only), in GMAC/s:
+//
+//   for dir in $lib OTHER_BUILD_LIB; do LD_LIBRARY_PATH=$dir /tmp/mulmat_cost 5 2 prefill; done
+//
 // A figure from here is a kernel's, not the service's: bench/verify_cost.py measures whole
-// decode calls of the served file.
+// decode calls of the served file, bench/prefill.py whole prefills.
 
 #include "ggml-cpu.h"
 #include "ggml.h"
@@ -21,6 +26,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define LAYERS 30
@@ -68,9 +74,13 @@ int main(int argc, char ** argv) {
     static const int64_t shapes[][3] = {  // rows in, rows out, per layer
         { 576, 576, 2 }, { 576, 192, 2 }, { 576, 1536, 2 }, { 1536, 576, 1 },
     };
-    static const int columns[SIZES] = { 1, 2, 3, 4, 8, 16 };
+    const int prefill = argc > 3 && strcmp(argv[3], "prefill") == 0;
+    static const int decode_columns[SIZES] = { 1, 2, 3, 4, 8, 16 };
+    static const int prefill_columns[3] = { 1, 16, 512 };
+    const int * columns = prefill ? prefill_columns : decode_columns;
+    const int sizes = prefill ? 3 : SIZES;
 
-    struct ggml_init_params init = { (size_t) 400 << 20, NULL, false };
+    struct ggml_init_params init = { (size_t) (prefill ? 1200 : 400) << 20, NULL, false };
     struct ggml_context * ctx = ggml_init(init);
     struct ggml_tensor * weights[LAYERS * 7 + 1];
     int count = 0;
@@ -81,13 +91,15 @@ int main(int argc, char ** argv) {
             }
         }
     }
-    weights[count++] = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, 576, 49152);  // the LM head
+    if (!prefill) {
+        weights[count++] = ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_0, 576, 49152);  // the LM head
+    }
     for (int i = 0; i < count; ++i) {
         fill_q8_0(weights[i]);
     }
 
     struct ggml_cgraph * graphs[SIZES];
-    for (int k = 0; k < SIZES; ++k) {
+    for (int k = 0; k < sizes; ++k) {
         struct ggml_tensor * narrow = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 576, columns[k]);
         struct ggml_tensor * wide = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1536, columns[k]);
         fill_f32(narrow);
@@ -100,13 +112,13 @@ int main(int argc, char ** argv) {
     }
 
     double best[SIZES];
-    for (int k = 0; k < SIZES; ++k) {
+    for (int k = 0; k < sizes; ++k) {
         ggml_graph_compute_with_ctx(ctx, graphs[k], threads);  // untimed: pages in, warms up
         best[k] = 1e9;
     }
     for (int r = 0; r < rounds; ++r) {
-        for (int j = 0; j < SIZES; ++j) {
-            const int k = r % 2 ? SIZES - 1 - j : j;  // the order flips every round
+        for (int j = 0; j < sizes; ++j) {
+            const int k = r % 2 ? sizes - 1 - j : j;  // the order flips every round
             const double t0 = seconds();
             ggml_graph_compute_with_ctx(ctx, graphs[k], threads);
             const double t = seconds() - t0;
@@ -114,8 +126,10 @@ int main(int argc, char ** argv) {
         }
     }
     printf("%d threads, best of %d rounds\n", threads, rounds);
-    for (int k = 0; k < SIZES; ++k) {
-        printf("n = %2d  %7.2f ms  c(n)/c(1) %.2f\n", columns[k], best[k] * 1e3, best[k] / best[0]);
+    const double macs = 30 * (2 * 576 * 576 + 2 * 576 * 192 + 2 * 576 * 1536 + 1536 * 576.0) + (prefill ? 0 : 576 * 49152.0);
+    for (int k = 0; k < sizes; ++k) {
+        printf("n = %3d  %8.2f ms  c(n)/c(1) %.2f  %.1f GMAC/s\n", columns[k], best[k] * 1e3, best[k] / best[0],
+               macs * columns[k] / best[k] * 1e-9);
     }
     ggml_free(ctx);
     return 0;
