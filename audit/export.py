@@ -237,7 +237,7 @@ def held_texts(trails: Collection[Trail]) -> dict[uuid.UUID, dict[str, str]]:
     texts_by: dict[uuid.UUID, dict[str, str]] = {}
     for trail in trails:
         claim = by_trail.get((str(trail.id), str(trail.job_id)))
-        if claim is None:
+        if claim is None or claim.destroyed:
             continue
         texts = claim.question.texts()
         if claim.answer is not None:

@@ -211,3 +211,24 @@ class TaskLock(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} (held by {self.holder or 'nobody'} until {self.locked_until})"
+
+
+class Erasure(models.Model):
+    """A trail whose texts were destroyed under an order (reviewers.destruction): its job's
+    texts, its salt and its decisions' openings are gone, its records, leaf and commitments
+    kept. Append-only; the triggers (migration 0015) blank a trail's salt or a record's
+    openings only where such a row exists, and verification accepts what is missing only then."""
+
+    id = models.BigAutoField(primary_key=True)
+    trail_id = models.UUIDField(unique=True)
+    job_id = models.UUIDField(db_index=True)
+    matter = models.CharField(max_length=200)
+    order = models.TextField(help_text="the order or retention rule it was destroyed under")
+    erased_by = models.CharField(max_length=200)
+    erased_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-erased_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"trail {self.trail_id} destroyed {self.erased_at:%Y-%m-%d} under {self.order}"

@@ -37,7 +37,15 @@ from .log import (
     log_size,
     witness_status,
 )
-from .models import Checkpoint, DecisionRecord, LedgerEntry, MatterKey, Trail, VerificationRun
+from .models import (
+    Checkpoint,
+    DecisionRecord,
+    Erasure,
+    LedgerEntry,
+    MatterKey,
+    Trail,
+    VerificationRun,
+)
 from .publish import published_failures
 from .tiles import Tiles
 
@@ -105,6 +113,7 @@ class _Walked:
     trail: Trail | None
     summary: chain.TrailSummary
     contents: binding.Contents
+    erased: bool = False  # its texts destroyed under an order (audit.erasure)
 
 
 def verify_trails(trail_ids: Iterable[uuid.UUID | str], *, scope: str) -> Report:
@@ -125,12 +134,13 @@ def _verify_chunk(trail_ids: list[str], report: Report, keys: dict, inclusions: 
     """verify_trails for one chunk: its trail rows, records, leaves, the leaves before those
     and its job rows, one query each."""
     trails = {str(trail.id): trail for trail in Trail.objects.filter(pk__in=trail_ids)}
+    erased = _erased(Erasure.objects.filter(trail_id__in=trail_ids))
     records = DecisionRecord.objects.filter(trail_id__in=trail_ids).order_by(
         "trail_id", "seq", "id"
     )
     walked: dict[str, _Walked] = {}
     for trail_id, rows in groupby(_stored(records), key=lambda record: record[0].trail_id):
-        walked[trail_id] = _walk(trail_id, trails.get(trail_id), rows, report)
+        walked[trail_id] = _walk(trail_id, trails.get(trail_id), rows, report, erased)
     entries: dict[str, LedgerEntry] = {}
     for entry in LedgerEntry.objects.filter(trail_id__in=trail_ids).order_by("id"):
         entries.setdefault(str(entry.trail_id), entry)
@@ -140,7 +150,7 @@ def _verify_chunk(trail_ids: list[str], report: Report, keys: dict, inclusions: 
         previous.setdefault(entry.seq, entry)
     for trail_id in dict.fromkeys(trail_ids):  # each once, in the order asked
         if trail_id not in walked:  # a trail without a single record
-            walked[trail_id] = _walk(trail_id, trails.get(trail_id), (), report)
+            walked[trail_id] = _walk(trail_id, trails.get(trail_id), (), report, erased)
         entry = entries.get(trail_id)
         if entry is not None:
             report.failures.extend(_ledger_link_failures(entry, previous.get(entry.seq - 1)))
@@ -255,6 +265,7 @@ class _Context:
             )
         }
         sealed, sealed_at = _sealed(shard.of(LedgerEntry.objects.all()))
+        erased = _erased(shard.of(Erasure.objects.all()))
         fixed: dict[str, int] = {}
         to_walk = None  # every trail with records
         if self.point is not None:
@@ -265,15 +276,15 @@ class _Context:
         requests: dict[str, dict | None] = {}  # each walked trail's request record
         batch: list[_Walked] = []
         for trail_id, records in _records_to_walk(to_walk, shard):
-            walked = _walk(trail_id, trails.get(trail_id), records, part)
+            walked = _walk(trail_id, trails.get(trail_id), records, part, erased)
             summaries[trail_id], requests[trail_id] = walked.summary, walked.contents.request
             batch = self._next(batch, walked, part)
-        for walked in _anchored_walks(fixed, trails, sealed, part, shard):
+        for walked in _anchored_walks(fixed, trails, sealed, part, shard, erased):
             trail_id = walked.contents.trail_id
             summaries[trail_id], requests[trail_id] = walked.summary, walked.contents.request
             batch = self._next(batch, walked, part)
         for trail_id in trails.keys() - summaries.keys():  # trails without a single record
-            walked = _walk(trail_id, trails[trail_id], (), part)
+            walked = _walk(trail_id, trails[trail_id], (), part, erased)
             summaries[trail_id], requests[trail_id] = walked.summary, None
             batch = _claims_batch(batch, walked, part)
         _check_claims(batch, part)
@@ -373,7 +384,9 @@ def _records_to_walk(to_walk: list[str] | None, shard: _Shard):
         )
 
 
-def _anchored_walks(fixed: dict[str, int], trails: dict, sealed: dict, report: Report, shard):
+def _anchored_walks(
+    fixed: dict[str, int], trails: dict, sealed: dict, report: Report, shard, erased: set[str]
+):
     """Each anchored trail as its earlier walk left it (its sealed length and head), with its
     request and answer records read again for the job-row checks: one pass over those records
     alone (an index of their own), not over the decisions between them."""
@@ -396,12 +409,13 @@ def _anchored_walks(fixed: dict[str, int], trails: dict, sealed: dict, report: R
                 trails,
                 sealed,
                 report,
+                erased,
             )
     for trail_id in fixed.keys() - seen:  # a v1 trail: no request or answer records
-        yield _anchored(trail_id, {}, fixed, trails, sealed, report)
+        yield _anchored(trail_id, {}, fixed, trails, sealed, report, erased)
 
 
-def _anchored(trail_id, bound: dict, fixed, trails, sealed, report: Report) -> _Walked:
+def _anchored(trail_id, bound: dict, fixed, trails, sealed, report: Report, erased) -> _Walked:
     trail, leaf = trails.get(trail_id), sealed[trail_id]
     contents = binding.Contents(trail_id, leaf.get("v", 1))
     if binding.REQUEST in bound:
@@ -418,13 +432,15 @@ def _anchored(trail_id, bound: dict, fixed, trails, sealed, report: Report) -> _
             )
         if contents.request is not None:
             report.failures.extend(_request_against_row(contents.request, trail))
-    return _Walked(trail, summary, contents)
+    return _Walked(trail, summary, contents, trail_id in erased)
 
 
-def _walk(trail_id: str, trail: Trail | None, records, report: Report) -> _Walked:
-    """Stream one trail's (record, kind column) pairs through the chain and contents checks."""
+def _walk(trail_id: str, trail: Trail | None, records, report: Report, erased) -> _Walked:
+    """Stream one trail's (record, kind column) pairs through the chain and contents checks.
+    An erased trail's decisions are walked as a bundle that opens none of them."""
     format_version = trail.format_version if trail is not None else 1
-    salt = trail.salt if trail is not None else None
+    is_erased = trail_id in erased
+    salt = trail.salt if trail is not None and not is_erased else None
     contents = binding.Contents(trail_id, format_version, trail_salt=salt)
     sealed = format_version >= sealing.SEALED_SINCE
 
@@ -435,7 +451,7 @@ def _walk(trail_id: str, trail: Trail | None, records, report: Report) -> _Walke
             except ValueError:
                 payload = None  # the chain check names it: not canonical JSON
             stored = None
-            if sealed and kind == binding.DECISION:
+            if sealed and kind == binding.DECISION and not is_erased:
                 stored = _stored_values(openings)
             contents.observe(record.seq, payload, stored_values=stored)
             if kind != binding.kind_of(payload):
@@ -451,7 +467,16 @@ def _walk(trail_id: str, trail: Trail | None, records, report: Report) -> _Walke
     report.failures.extend(contents.finish(sealed_outcome=outcome))
     if trail is not None and contents.request is not None:
         report.failures.extend(_request_against_row(contents.request, trail))
-    return _Walked(trail, summary, contents)
+    if trail is not None and format_version >= 2 and not trail.salt and not is_erased:
+        report.failures.append(
+            chain.Failure("trail", trail_id, None, "the trail's salt is missing")
+        )
+    return _Walked(trail, summary, contents, is_erased)
+
+
+def _erased(erasures) -> set[str]:
+    """The trail ids (text) of these Erasure rows."""
+    return {canonical(value) for value in erasures.values_list(uuid_text("trail_id"), flat=True)}
 
 
 def _stored_values(openings: str) -> dict:
@@ -498,15 +523,24 @@ def _check_claims(walked: list[_Walked], report: Report) -> None:
         report.jobs_checked += 1
         w = by_trail[claim.trail_id]
         claimed.setdefault(claim.trail_id, set()).add(claim.job_id)
+        if claim.destroyed != w.erased:
+            report.failures.append(
+                chain.Failure(
+                    "job",
+                    claim.trail_id,
+                    None,
+                    f"job {claim.job_id}: its row says destroyed but no erasure records it"
+                    if claim.destroyed
+                    else f"job {claim.job_id}: its trail was erased but its row was not destroyed",
+                )
+            )
+            continue
         if w.contents.format_version < 2:
             _note(report, "v1 trails bind no request or answer: their job rows were not checked")
             continue
         salt = w.trail.salt if w.trail is not None else ""
-        if not salt:
-            report.failures.append(
-                chain.Failure("trail", claim.trail_id, None, "the trail's salt is missing")
-            )
-            continue
+        if not salt and not claim.destroyed:
+            continue  # the walk named it
         report.failures.extend(binding.claim_failures(claim, w.contents, salt))
     for trail_id, w in by_trail.items():
         request, answer = w.contents.request, w.contents.answer

@@ -3,7 +3,7 @@ cancel), model specs. Actions call the same services as the API."""
 
 from django.contrib import admin, messages
 
-from .models import ApiKey, GenerationJob, Matter, ModelSpec
+from .models import ApiKey, GenerationJob, ModelSpec
 from .services import (
     JobFinished,
     QueueUnavailable,
@@ -12,12 +12,6 @@ from .services import (
     job_cancel,
     job_retry,
 )
-
-
-@admin.register(Matter)
-class MatterAdmin(admin.ModelAdmin):
-    list_display = ("name", "created_at")
-    search_fields = ("name",)
 
 
 @admin.register(ApiKey)

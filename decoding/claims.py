@@ -72,6 +72,7 @@ def job_claim(job: GenerationJob) -> binding.Claim:
         question=job_question(job),
         answer=answer,
         submitted_at=matter_leaves.utc_time(job.created_at),
+        destroyed=job.destroyed_at is not None,
     )
 
 
@@ -113,6 +114,7 @@ _CLAIMED_FIELDS = (
     "output_token_ids",
     "output_text",
     "created_at",
+    "destroyed_at",
     *JOB_PARAM_FIELDS,
 )
 

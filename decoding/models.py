@@ -11,16 +11,34 @@ from decoding.kinds.registry import DRAFTER_KINDS, PROVIDER_KINDS
 
 
 class Matter(models.Model):
-    """A legal case. Jobs, keys and (later) reviewer grants are scoped to one."""
+    """A legal case. Jobs, keys and reviewer grants are scoped to one. A legal hold and a
+    retention period govern when its content may be destroyed (reviewers.destruction); the
+    custody log records each change of the hold."""
 
     name = models.CharField(max_length=200, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set while a legal hold is on (reviewers.records): nothing of the matter is destroyed then.
+    hold_reason = models.TextField(blank=True, default="")
+    hold_since = models.DateTimeField(null=True, blank=True)
+    hold_by = models.CharField(max_length=200, blank=True, default="")
+    retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Destroy job content this many days after submission (empty: keep it)",
+    )
+    # How many destructions took content of the matter: a worker that saw fewer forgets the
+    # matter's cached state before its next job (decoding.worker.forgetting).
+    destructions = models.PositiveIntegerField(default=0, editable=False)
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def on_hold(self) -> bool:
+        return self.hold_since is not None
 
 
 def _all_scopes() -> list[str]:
@@ -222,6 +240,10 @@ class GenerationJob(models.Model):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Set when the job's texts were destroyed under an order (reviewers.destruction); its
+    # trail's records and leaf stay (audit.models.Erasure).
+    destroyed_at = models.DateTimeField(null=True, blank=True)
+    destroyed_under = models.TextField(blank=True, default="")
 
     class Meta:
         ordering = ["-created_at"]
@@ -328,6 +350,9 @@ class BatchFile(models.Model):
     bytes = models.PositiveBigIntegerField()
     line_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # Set when its parts were destroyed with the jobs of its lines (reviewers.destruction).
+    destroyed_at = models.DateTimeField(null=True, blank=True)
+    destroyed_under = models.TextField(blank=True, default="")
 
     class Meta:
         ordering = ["-created_at"]

@@ -267,6 +267,11 @@ def batch_bundle_export(*, batch: Batch, out) -> MatterExport:
 def replay_request(*, job: GenerationJob, user=None) -> Replay:
     """Queue a replay of a finished job (once committed); OverCapacity (admission) when the
     reviewer asking has as many in flight as they may."""
+    if job.destroyed_at is not None:
+        raise ValueError(
+            f"this job's texts were destroyed on {job.destroyed_at:%Y-%m-%d} under "
+            f"{job.destroyed_under}: there is no prompt left to replay"
+        )
     if not replayable(job):
         raise ValueError("only a finished job with a trail can be replayed")
     if user is not None:
@@ -277,8 +282,13 @@ def replay_request(*, job: GenerationJob, user=None) -> Replay:
 
 
 def replayable(job: GenerationJob) -> bool:
-    """A finished job (succeeded or failed) with a trail."""
-    return job.trail_id is not None and job.status in (
-        GenerationJob.Status.SUCCEEDED,
-        GenerationJob.Status.FAILED,
+    """A finished job (succeeded or failed) with a trail, whose texts were not destroyed."""
+    return (
+        job.trail_id is not None
+        and job.destroyed_at is None
+        and job.status
+        in (
+            GenerationJob.Status.SUCCEEDED,
+            GenerationJob.Status.FAILED,
+        )
     )

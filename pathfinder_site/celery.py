@@ -15,7 +15,7 @@ from celery.signals import (
     worker_ready,
     worker_shutdown,
 )
-from celery.worker.control import inspect_command
+from celery.worker.control import control_command, inspect_command
 from django.db import connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pathfinder_site.settings")
@@ -92,6 +92,16 @@ def pathfinder_models(state) -> dict:
     pids = state.consumer.pool.info.get("processes") or [os.getpid()]
     loaded = {pid for pid in (_loaded_pids or []) if _alive(pid)}
     return {"processes": len(pids), "loaded": sum(pid in loaded for pid in pids)}
+
+
+@control_command(args=[("matter_id", int)], signature="<matter_id>")
+def forget_matter(state, matter_id: int) -> dict:
+    """Drop what a destroyed matter's jobs left in this worker (decoding.worker.forgetting):
+    the decoding process's own state on a threads-pool or solo worker; a prefork pool's
+    children forget before their next job of the matter."""
+    from decoding.worker.forgetting import forget_matter as forget
+
+    return {"ok": "forgotten", "references": forget(matter_id), "pid": os.getpid()}
 
 
 _holder = None

@@ -374,6 +374,8 @@ PATHFINDER_MAX_ATTEMPTS = env_int("PATHFINDER_MAX_ATTEMPTS", 3, minimum=1)
 PATHFINDER_RECOVERY_INTERVAL_S = env_int("PATHFINDER_RECOVERY_INTERVAL_S", 30, minimum=1)
 PATHFINDER_REQUEUE_AFTER_S = env_int("PATHFINDER_REQUEUE_AFTER_S", 300, minimum=1)
 PATHFINDER_VERIFY_INTERVAL_S = env_int("PATHFINDER_VERIFY_INTERVAL_S", 3600, minimum=10)
+# How often beat destroys content past its matter's retention period (reviewers.destruction).
+PATHFINDER_RETENTION_INTERVAL_S = env_int("PATHFINDER_RETENTION_INTERVAL_S", 3600, minimum=10)
 # Processes verify_chain --all splits the store's trails over (one snapshot, exported to each);
 # 0: one per core, at most 4. PostgreSQL only.
 PATHFINDER_VERIFY_WORKERS = env_int("PATHFINDER_VERIFY_WORKERS", 0, minimum=0)
@@ -392,6 +394,10 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": PATHFINDER_VERIFY_INTERVAL_S,
     },
     "chain-pending-views": {"task": "reviewers.chain_pending_views", "schedule": 5},
+    "destroy-expired-content": {
+        "task": "reviewers.destroy_expired",
+        "schedule": PATHFINDER_RETENTION_INTERVAL_S,
+    },
     "advance-batches": {"task": "decoding.advance_batches", "schedule": 5},
     "recover-lost-jobs": {
         "task": "decoding.recover_jobs",

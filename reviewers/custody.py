@@ -1,11 +1,14 @@
 """The chain-of-custody log's byte format and its verification. Pure Python (no Django).
 
-Every reviewer action (view, verify, replay, export, annotate, sign_off) appends one event. Events
+Every reviewer action (view, verify, replay, export, export_matter, annotate, sign_off) and every
+records-management act (legal_hold, release_hold, retention, destroy) appends one event. Events
 are chained the way audit records are (docs/audit-format.md), in one chain over the whole portal:
 
     payload          = canonical JSON (audit.evidence.chain.canonical_json: sorted keys, no
                        whitespace, UTF-8, integers only) of
-                       {"action": "view" | "verify" | "replay" | "export" | "annotate" | "sign_off",
+                       {"action": "view" | "verify" | "replay" | "export" | "export_matter"
+                                 | "annotate" | "sign_off" | "legal_hold" | "release_hold"
+                                 | "retention" | "destroy",
                         "user":   {"id": <user id>, "username": <username at the time>},
                         "job":    <job id, canonical UUID text> | null,
                         "trail":  <trail id, canonical UUID text> | null,

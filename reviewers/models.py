@@ -98,6 +98,12 @@ class CustodyEvent(models.Model):
         EXPORT_MATTER = "export_matter"  # a whole matter's bundle: no job, the trails in detail
         ANNOTATE = "annotate"
         SIGN_OFF = "sign_off"
+        # Records management (reviewers.holds, reviewers.destruction): job null, the matter
+        # and what was done in detail.
+        LEGAL_HOLD = "legal_hold"
+        RELEASE_HOLD = "release_hold"
+        RETENTION = "retention"
+        DESTROY = "destroy"
 
     id = models.BigAutoField(primary_key=True)
     seq = models.PositiveBigIntegerField(unique=True)

@@ -228,9 +228,17 @@ def trail_of(*, job: GenerationJob) -> Trail | None:
     return Trail.objects.filter(pk=job.trail_id).first()
 
 
+def matters_on_hold(*, user) -> list[Matter]:
+    """The reviewer's matters under a legal hold, oldest hold first."""
+    return list(
+        Matter.objects.filter(grants__user=user, hold_since__isnull=False).order_by("hold_since")
+    )
+
+
 def trail_payloads(*, job: GenerationJob) -> list[dict]:
-    """Every decision record of the job's trail, parsed, in step order."""
-    return job_decisions(job)
+    """Every decision record of the job's trail, parsed, in step order; none for a destroyed
+    job, whose decisions are commitments nothing opens any more."""
+    return [] if job.destroyed_at else job_decisions(job)
 
 
 def trail_step_count(*, job: GenerationJob) -> int:
@@ -240,6 +248,8 @@ def trail_step_count(*, job: GenerationJob) -> int:
 
 
 def trail_step(*, job: GenerationJob, step: int) -> Step | None:
+    if job.destroyed_at:
+        return None
     trail = trail_of(job=job)
     payload = trail_decision(trail=trail, step=step) if trail is not None else None
     return step_present(payload) if payload is not None else None

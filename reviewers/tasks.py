@@ -1,4 +1,4 @@
-"""Periodic custody work, run by Celery beat."""
+"""Periodic custody and records work, run by Celery beat."""
 
 import logging
 
@@ -8,6 +8,7 @@ from django.conf import settings
 from audit.locks import run_exclusively
 
 from .custody_chain import custody_chain_pending, custody_verify
+from .destruction import destroy_expired
 
 logger = logging.getLogger(__name__)
 
@@ -34,3 +35,20 @@ def verify_custody() -> bool | None:
             extra={"failures": len(result.failures), "first": str(result.first_failure)},
         )
     return result.ok
+
+
+@shared_task(name="reviewers.destroy_expired")
+def destroy_expired_content() -> int | None:
+    """Retention: destroy the content of jobs older than their matter's retention period, in
+    matters no legal hold covers (reviewers.destruction); how many jobs."""
+    done = run_exclusively(
+        "reviewers.destroy_expired", settings.PATHFINDER_RETENTION_INTERVAL_S, destroy_expired
+    )
+    if done is None:
+        return None
+    for destruction in done:
+        logger.info(
+            "retention destroyed content",
+            extra={"matter": destruction.matter, "jobs": len(destruction.jobs)},
+        )
+    return sum(len(destruction.jobs) for destruction in done)

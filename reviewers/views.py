@@ -64,7 +64,8 @@ def trail_list(request):
         user=request.user, filters=form.filters(), page=form.cleaned_data.get("page") or 1
     )
     export_form = MatterExportForm(user=request.user, prefix="export")
-    context = {"form": form, "page": page, "export_form": export_form}
+    holds = selectors.matters_on_hold(user=request.user)
+    context = {"form": form, "page": page, "export_form": export_form, "holds": holds}
     return render(request, "reviewers/trail_list.html", context)
 
 

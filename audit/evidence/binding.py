@@ -369,10 +369,14 @@ class Claim:
     question: Question
     answer: Answer | None
     submitted_at: str | None = None  # UTC_TIME; compared when the request record holds one
+    # The job's texts were destroyed under an order: its trail's salt and openings with them
+    # (audit.erasure), so only what is not text is compared.
+    destroyed: bool = False
 
 
 def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Failure]:
-    """Every field of the job row that its trail does not bind, named."""
+    """Every field of the job row that its trail does not bind, named. A destroyed job's texts
+    are gone, and so is the salt that would check them: its row is held to the rest."""
     failures: list[Failure] = []
 
     def fail(reason: str, seq: int | None = None) -> None:
@@ -397,6 +401,13 @@ def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Fa
             fail(f"{name} differs from the trail's request record", 0)
     if "submitted_at" in request and request["submitted_at"] != claim.submitted_at:
         fail("the submission time differs from the request record's submitted_at", 0)
+    if claim.destroyed:  # the texts, and the salt that checked them, are gone
+        answer = contents.answer
+        if (claim.answer is None) != (answer is None):
+            fail("the trail's answer record and the job's stop reason disagree")
+        elif answer is not None and claim.answer.stop_reason != answer.get("stop_reason"):
+            fail("stop_reason differs from the answer record")
+        return failures
     prompt = request["prompt"]  # its shape was checked when the record was observed
     if prompt.get("given") != claim.question.given_kind:
         fail("the prompt's form (text, messages or ids) differs from the request record", 0)

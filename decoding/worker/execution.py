@@ -36,7 +36,7 @@ from decoding.engine import (
 )
 from decoding.models import BatchLine, GenerationJob
 from decoding.text import StopStrings, output_text
-from decoding.worker import references, runtime
+from decoding.worker import forgetting, references, runtime
 from decoding.worker.leases import LEASES, LostOwnership, Watch
 from decoding.worker.sinks import sink_for
 
@@ -91,6 +91,7 @@ def _run(job_id: uuid.UUID) -> None:
         _fail(job, attempt, trail, GenerationJob.Failure.MODEL_UNAVAILABLE, exc)
         return
     try:
+        forgetting.catch_up(job.matter)  # nothing the matter's destroyed jobs left is reused
         load_ms += warmed_ms
         lifecycle.owned(job.id, attempt).update(
             load_ms=round(load_ms, 1), lease_expires_at=lifecycle.lease_until()

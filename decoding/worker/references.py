@@ -53,6 +53,16 @@ def remember(matter_id: int, job_id: str, token_ids: Sequence[int]) -> None:
         _tokens += len(tokens)
 
 
+def forget_matter(matter_id: int) -> int:
+    """Drop the matter's remembered jobs (its texts were destroyed); returns how many."""
+    global _tokens
+    with _lock:
+        jobs = [job for job, (matter, _) in _remembered.items() if matter == matter_id]
+        for job in jobs:
+            _tokens -= len(_remembered.pop(job)[1].tokens)
+    return len(jobs)
+
+
 def forget_all() -> None:
     global _tokens
     with _lock:

@@ -80,6 +80,14 @@ class LoadedModels:
         if self.engine is not None:
             self.engine.retire()
 
+    def forget_wall(self, wall: Hashable) -> None:
+        """Drop everything the wall's jobs left in these models (decoding.worker.forgetting)."""
+        self.match_statistics.pop(wall, None)
+        if self.engine is not None:
+            self.engine.forget_wall(wall)
+        self.target.forget_wall(wall)
+        self.drafter.forget_wall(wall)
+
     @property
     def drafts_from_references(self) -> bool:
         """Whether jobs may draft from the matter's earlier jobs: prompt lookup with an adaptive
@@ -148,6 +156,11 @@ def models_for(spec: ModelSpec) -> tuple[LoadedModels, float]:
         _release_loaded()  # one spec resident per worker process; memory is the scarce resource
         _loaded[key] = _load(spec)
         return _loaded[key], (time.perf_counter() - started) * 1000
+
+
+def loaded_models() -> list[LoadedModels]:
+    with _loading:
+        return list(_loaded.values())
 
 
 def _release_loaded() -> None:

@@ -3,9 +3,11 @@
 Run it as the tables' owner after `migrate`. The role may read and write the application's
 tables, but on the audit tables it may only read and insert (plus update a trail's head and seal,
 and the periodic-task locks); no UPDATE or DELETE of records, ledger entries, verification runs,
-checkpoints, custody events, verifications or sign-offs, and no TRUNCATE anywhere. It may not
-create TEMP tables either (revoked from PUBLIC on the database), so nothing can shadow the tables
-the triggers read. The triggers stay the second line.
+checkpoints, erasures, custody events, verifications or sign-offs, and no TRUNCATE anywhere. A
+destruction under an order (reviewers.destruction) blanks a record's openings: the role may
+update that one column, and the trigger lets it only for a trail with an erasure recorded.
+It may not create TEMP tables either (revoked from PUBLIC on the database), so nothing can shadow
+the tables the triggers read. The triggers stay the second line.
 """
 
 from django.core.management.base import BaseCommand, CommandError
@@ -19,6 +21,7 @@ APPEND_ONLY = [
     "audit_verificationrun",
     "audit_checkpoint",
     "audit_logtile",
+    "audit_erasure",
     "reviewers_custodyevent",
     "reviewers_custodypoint",
     "reviewers_trailverification",
@@ -58,6 +61,7 @@ class Command(BaseCommand):
             sql.SQL("REVOKE DELETE ON {} FROM {}").format(
                 sql.SQL(", ").join(map(sql.Identifier, NO_DELETE)), role
             ),
+            sql.SQL("GRANT UPDATE (openings) ON audit_decisionrecord TO {}").format(role),
             # Every role gets TEMP through PUBLIC by default; a TEMP table named like an audit
             # table would be found first by anything that does not pin its search_path.
             sql.SQL("REVOKE TEMPORARY ON DATABASE {} FROM PUBLIC").format(database),
@@ -68,6 +72,6 @@ class Command(BaseCommand):
                 cursor.execute(statement)
         self.stdout.write(
             f"Granted {options['role']}: read/write on application tables; SELECT and INSERT "
-            f"only on {', '.join(APPEND_ONLY)}; no DELETE on {', '.join(NO_DELETE)}; "
-            "no TEMP tables."
+            f"only on {', '.join(APPEND_ONLY)} (and UPDATE of audit_decisionrecord.openings, "
+            f"for a recorded destruction); no DELETE on {', '.join(NO_DELETE)}; no TEMP tables."
         )

@@ -115,6 +115,10 @@ class Drafter(ABC):
         state between calls (a draft model's KV cache) keeps it per wall (Provider.walled)."""
         return self
 
+    def forget_wall(self, wall: Hashable) -> None:  # noqa: B027
+        """Drop whatever state the wall's generations left (their matter's texts were
+        destroyed): nothing, for a drafter that keeps none."""
+
     @abstractmethod
     def propose(
         self, context: Sequence[int], k: int, params: GenerationParams, *, seed: int, step: int

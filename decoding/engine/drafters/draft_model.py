@@ -24,6 +24,9 @@ class DraftModelDrafter(Drafter):
     def walled(self, wall: Hashable) -> DraftModelDrafter:
         return DraftModelDrafter(self._provider.walled(wall))
 
+    def forget_wall(self, wall: Hashable) -> None:
+        self._provider.forget_wall(wall)
+
     def prefill(self, context: Sequence[int], references: Sequence[Reference] = ()) -> None:
         self._provider.prefill(context)  # a model drafts from its own weights, not references
 

@@ -161,6 +161,10 @@ class Provider(ABC):
         another left (docs/adr/0024). A stateless provider is its own view."""
         return self
 
+    def forget_wall(self, wall: Hashable) -> None:  # noqa: B027
+        """Drop whatever state calls behind `wall` left (their matter's texts were destroyed):
+        nothing, for a provider that keeps none."""
+
     def next_distributions(
         self, context: Sequence[int], num_positions: int, params: GenerationParams
     ) -> np.ndarray:

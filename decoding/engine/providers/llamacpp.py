@@ -276,6 +276,19 @@ class LlamaCppProvider(Provider):
         self._enter(wall)
         return self._evaluate(tokens, outputs)
 
+    def forget_wall(self, wall: Hashable) -> None:
+        MODEL_THREAD.run(self._forget_wall, wall)
+
+    def _forget_wall(self, wall: Hashable) -> None:
+        """The wall's saved prompts, and the live cache when the wall's call filled it: its
+        cells zeroed, not only marked free (on the model thread)."""
+        if self._prompts is not None:
+            self._prompts.forget(wall)
+        if self._wall == wall:
+            llama_cpp.llama_memory_clear(self._memory, True)
+            self._cached.clear()
+            self._wall = NO_WALL
+
     def _enter(self, wall: Hashable) -> None:
         """Empty the live KV cache when another wall's call filled it (on the model thread)."""
         if wall != self._wall:

@@ -220,6 +220,26 @@ class BatchEngine:
             return ALONE
         return Neighbours(max(high, slot.index) - min(low, slot.index))
 
+    def forget_wall(self, wall: Hashable) -> None:
+        """Drop what `wall`'s jobs left: the saved prompts, the cells of the idle slots its
+        jobs held, and, when no slot is open, every cell zeroed (llama.cpp frees one stream's
+        cells without overwriting them)."""
+        MODEL_THREAD.run(self._forget_wall, wall)
+
+    def _forget_wall(self, wall: Hashable) -> None:
+        with self._lock:
+            if self._prompts is not None:
+                self._prompts.forget(wall)
+            for slot in self._slots:
+                if not slot.open and slot.held_wall == wall:
+                    self._empty(slot)
+                    slot.held_wall = NO_WALL
+            if not any(slot.open for slot in self._slots):
+                llama_cpp.llama_memory_clear(self._memory, True)
+                for slot in self._slots:
+                    slot.cached.clear()
+                    slot.held_wall = NO_WALL
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

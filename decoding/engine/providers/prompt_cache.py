@@ -79,6 +79,13 @@ class PromptCache:
         self.nbytes += nbytes
         return True
 
+    def forget(self, wall: Hashable) -> int:
+        """Drop every entry of `wall` (its matter's texts were destroyed); returns how many."""
+        keys = [key for key in self._entries if key[0] == wall]
+        for key in keys:
+            self.nbytes -= self._entries.pop(key).nbytes
+        return len(keys)
+
 
 def _shared_prefix(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))

@@ -226,6 +226,11 @@ class TransformersProvider(Provider):
             self._enter(wall)
             return self._evaluate(list(context), num_positions)
 
+    def forget_wall(self, wall: Hashable) -> None:
+        with _MODEL_CALLS:
+            if self._wall == wall:
+                self._cache, self._cached, self._wall = DynamicCache(), [], NO_WALL
+
     def _enter(self, wall: Hashable) -> None:
         """Empty the KV cache when another wall's call filled it (under _MODEL_CALLS)."""
         if wall != self._wall:

@@ -34,6 +34,19 @@ def error_response(status_code: int, code: str, field: str | None, message: str,
     return Response({"error": body}, status=status_code)
 
 
+def destroyed_response(job) -> Response:
+    """410 for a job whose texts were destroyed under an order: what is gone, when, under
+    what, and that its trail's proofs are kept."""
+    return error_response(
+        410,
+        "destroyed",
+        "id",
+        f"id: the texts of job {job.id} were destroyed on {job.destroyed_at:%Y-%m-%d} under "
+        f"{job.destroyed_under!r}; its trail's records and proofs are kept "
+        f"(/api/v1/generations/{job.id}/trail).",
+    )
+
+
 def exception_handler(exc, context):
     if isinstance(exc, exceptions.ValidationError):
         return _validation_error(exc)

@@ -56,6 +56,8 @@ def errors(*codes: int) -> dict:
         403: "The key lacks the scope this operation needs",
         404: "No such job in the key's matter",
         409: "The job already finished",
+        410: "The job's texts were destroyed under an order; `error.message` says when and "
+        "under what",
         413: "Request body too large",
         415: "Not JSON",
         429: "Rate limit reached; retry after `Retry-After` seconds",
@@ -110,6 +112,11 @@ class TrailRefOut(serializers.Serializer):
     url = serializers.CharField()
 
 
+class DestroyedOut(serializers.Serializer):
+    at = serializers.DateTimeField()
+    order = serializers.CharField(help_text="the order or retention rule it was destroyed under")
+
+
 class GenerationOut(serializers.Serializer):
     id = serializers.UUIDField()
     request_id = serializers.CharField(allow_null=True)
@@ -142,6 +149,9 @@ class GenerationOut(serializers.Serializer):
     stream = serializers.BooleanField()
     cancel_requested_at = serializers.DateTimeField(allow_null=True)
     metrics = MetricsOut(allow_null=True)
+    destroyed = DestroyedOut(
+        allow_null=True, help_text="set when the job's texts were destroyed under an order"
+    )
     trail = TrailRefOut(allow_null=True)
 
 

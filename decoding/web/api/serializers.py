@@ -111,7 +111,7 @@ class GenerationFilter(serializers.Serializer):
 class GenerationOutput(serializers.Serializer):
     def to_representation(self, job):
         trail = trail_for_job(job)
-        answer = job_answer(job)
+        answer = None if job.destroyed_at else job_answer(job)
         return {
             "id": str(job.id),
             "request_id": job.request_id,
@@ -156,6 +156,9 @@ class GenerationOutput(serializers.Serializer):
             "stream": job.stream,
             "cancel_requested_at": job.cancel_requested_at,
             "metrics": job.metrics or None,
+            "destroyed": {"at": job.destroyed_at, "order": job.destroyed_under}
+            if job.destroyed_at
+            else None,
             "trail": None
             if trail is None
             else {

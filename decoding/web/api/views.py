@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 
 from decoding import selectors, services
 
-from .errors import error_response
+from .errors import destroyed_response, error_response
 from .pagination import JobPagination, RecordPagination
 from .schema import GenerationOut, GenerationPageOut, TrailPageOut, errors
 from .serializers import (
@@ -85,10 +85,14 @@ class GenerationDetail(APIView):
     @extend_schema(
         operation_id="generations_retrieve",
         summary="A job: status, output, timings, speculation metrics, trail",
-        responses={200: GenerationOut, **errors(401, 403, 404, 429)},
+        description="410 when the job's texts were destroyed under an order (the message "
+        "says when and under what); its trail's records stay readable.",
+        responses={200: GenerationOut, **errors(401, 403, 404, 410, 429)},
     )
     def get(self, request, job_id):
         job = selectors.job_get_for_key(api_key=request.auth, job_id=job_id)
+        if job.destroyed_at is not None:
+            return destroyed_response(job)
         return Response(GenerationOutput(job).data)
 
 

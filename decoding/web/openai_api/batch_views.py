@@ -30,6 +30,7 @@ from decoding.web.api.fields import RefusesUnknownFields, StrictCharField
 from decoding.web.api.parsers import JSONParser
 
 from .batch_shapes import batch_object, file_object
+from .errors import openai_error
 from .schema import BatchOut, FileDeletedOut, FileOut, ListOut, errors
 from .views import OpenAIView
 
@@ -187,10 +188,21 @@ class FileContent(OpenAIView):
     @extend_schema(
         operation_id="files_content",
         summary="A file's bytes: an input as uploaded, or a batch's output or errors (JSONL)",
-        responses={(200, "application/jsonl"): OpenApiTypes.BINARY, **errors(401, 403, 404, 429)},
+        responses={
+            (200, "application/jsonl"): OpenApiTypes.BINARY,
+            **errors(401, 403, 404, 410, 429),
+        },
     )
     def get(self, request, file_id: str):
         stored = _file(request, file_id)
+        if stored.destroyed_at is not None:
+            return openai_error(
+                410,
+                f"file_id: the bytes of file {stored.pk} were destroyed on "
+                f"{stored.destroyed_at:%Y-%m-%d} under {stored.destroyed_under!r}.",
+                param="file_id",
+                code="destroyed",
+            )
         # Streamed a piece at a time: a 200 MB file never sits whole in a web process.
         response = StreamingHttpResponse(
             batch_files.pieces(stored), content_type="application/jsonl"

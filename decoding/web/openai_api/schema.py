@@ -23,6 +23,8 @@ def errors(*codes: int) -> dict:
         403: "The key lacks the scope this operation needs",
         404: "No such file or batch in this key's matter",
         409: "The batch already ended or is being cancelled",
+        410: "The file's bytes were destroyed under an order (the message says when and under "
+        "what)",
         413: "Request body (or batch input file) too large",
         415: "Not JSON",
         429: "Rate limit reached; retry after `Retry-After` seconds",

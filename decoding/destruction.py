@@ -1,0 +1,80 @@
+"""Destroying the content decoding keeps for a set of finished jobs: the texts and token ids on
+each job row, what was computed from them (step counts, cached-prompt counts, batch feed keys,
+a replay's first divergence), and the Batch API files that hold any of them. Called inside the
+destruction's transaction (reviewers.destruction), which also erases the trails (audit.erasure)
+and records the event; a worker forgets the matter's cached state when told
+(decoding.worker.forgetting).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Q
+
+from decoding.models import Batch, BatchFile, BatchFilePart, BatchLine, GenerationJob, Replay
+
+
+class JobsNotFinished(Exception):
+    """Some of the jobs still run or wait: their texts are in use."""
+
+
+@dataclass
+class Erased:
+    """What decoding destroyed, for the destruction event."""
+
+    jobs: list[str] = field(default_factory=list)
+    replays: int = 0
+    batch_lines: int = 0
+    files: list[str] = field(default_factory=list)
+
+
+def unfinished(jobs) -> list[str]:
+    """Ids of the jobs that still run or wait (their texts are in use)."""
+    return [
+        str(pk)
+        for pk in jobs.exclude(status__in=GenerationJob.FINISHED).values_list("pk", flat=True)
+    ]
+
+
+def erase_jobs(jobs, *, at: datetime, order: str, whole_matter_id: int | None = None) -> Erased:
+    """Destroy the content of `jobs` (a queryset of finished, not yet destroyed jobs, rows
+    locked by the caller). With `whole_matter_id`, every Batch API file of that matter goes
+    too, a job's or not; otherwise the files that hold any of the jobs' lines."""
+    if unfinished(jobs):
+        raise JobsNotFinished(", ".join(unfinished(jobs)))
+    erased = Erased(jobs=[str(pk) for pk in jobs.values_list("pk", flat=True)])
+    ids = erased.jobs
+    GenerationJob.objects.filter(pk__in=ids).update(
+        prompt_text="",
+        messages=None,
+        prompt_token_ids=[],
+        output_token_ids=[],
+        output_text="",
+        metrics={},
+        cached_prompt_tokens=None,
+        destroyed_at=at,
+        destroyed_under=order,
+    )
+    # A divergence quotes the differing tokens and text; the per-step comparison does not.
+    erased.replays = Replay.objects.filter(job_id__in=ids).update(first_divergence=None)
+    lines = BatchLine.objects.filter(job_id__in=ids)
+    erased.batch_lines = lines.update(feed_key=b"")
+    batches = Batch.objects.filter(pk__in=lines.values("batch_id"))
+    if whole_matter_id is not None:
+        files = BatchFile.objects.filter(matter_id=whole_matter_id)
+        batches = Batch.objects.filter(matter_id=whole_matter_id)
+    else:
+        files = BatchFile.objects.filter(
+            Q(pk__in=batches.values("input_file_id"))
+            | Q(pk__in=batches.values("output_file_id"))
+            | Q(pk__in=batches.values("error_file_id"))
+        )
+    # A finished batch's feed position is a key of one of its lines' prompts.
+    batches.filter(status__in=Batch.ENDED).update(sent_through_key=b"")
+    files = files.filter(destroyed_at__isnull=True)
+    erased.files = sorted(files.values_list("pk", flat=True))
+    BatchFilePart.objects.filter(file_id__in=erased.files).delete()
+    BatchFile.objects.filter(pk__in=erased.files).update(destroyed_at=at, destroyed_under=order)
+    return erased
