@@ -18,7 +18,9 @@ from .services import (
 class ApiKeyAdmin(admin.ModelAdmin):
     list_display = ("name", "matter", "prefix", "scopes", "created_at", "expires_at", "revoked_at")
     list_filter = ("matter",)
-    fields = ("matter", "name", "scopes", "expires_at", "prefix", "created_at", "revoked_at")
+    fields = (
+        "matter", "name", "owner", "scopes", "expires_at", "prefix", "created_at", "revoked_at"
+    )  # fmt: skip
     readonly_fields = ("prefix", "created_at", "revoked_at")
     search_fields = ("name", "prefix")
     actions = ["revoke"]

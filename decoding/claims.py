@@ -54,6 +54,17 @@ def job_question(job: GenerationJob) -> binding.Question:
     )
 
 
+def job_direction(job: GenerationJob) -> dict:
+    """Who directed the job, under what designation (binding.direction)."""
+    key = job.api_key
+    return binding.direction(
+        key=key.name if key is not None else None,
+        key_owner=key.owner if key is not None else None,
+        directed_by=job.directed_by,
+        designation=job.designation,
+    )
+
+
 def job_claim(job: GenerationJob) -> binding.Claim:
     answer = None
     if job_served(job):
@@ -73,6 +84,7 @@ def job_claim(job: GenerationJob) -> binding.Claim:
         answer=answer,
         submitted_at=matter_leaves.utc_time(job.created_at),
         destroyed=job.destroyed_at is not None,
+        direction=job_direction(job),
     )
 
 
@@ -92,6 +104,7 @@ def job_request_payload(job: GenerationJob, trail, models) -> dict:
         },
         question=job_question(job),
         submitted_at=matter_leaves.utc_time(job.created_at),
+        direction=job_direction(job),
         format_version=trail.format_version,
     )
 
@@ -115,6 +128,10 @@ _CLAIMED_FIELDS = (
     "output_text",
     "created_at",
     "destroyed_at",
+    "directed_by",
+    "designation",
+    "api_key__name",
+    "api_key__owner",
     *JOB_PARAM_FIELDS,
 )
 
@@ -135,10 +152,14 @@ class _ClaimedRow(SimpleNamespace):
                 fields[name] = orjson.loads(text) if text is not None else None
             else:
                 fields[name] = canonical(text)
+        key = None
+        if row["api_key__name"] is not None:
+            key = SimpleNamespace(name=row["api_key__name"], owner=row["api_key__owner"])
         super().__init__(
             **fields,
             matter=SimpleNamespace(name=row["matter__name"]),
             model_spec=SimpleNamespace(name=row["model_spec__name"]),
+            api_key=key,
         )
 
 

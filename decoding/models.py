@@ -55,6 +55,11 @@ class ApiKey(models.Model):
 
     matter = models.ForeignKey(Matter, on_delete=models.PROTECT, related_name="api_keys")
     name = models.CharField(max_length=200)
+    owner = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Who holds the key (a person, a firm): the request records of its jobs name them",
+    )
     prefix = models.CharField(
         max_length=16, help_text="First characters of the key, to recognise it"
     )
@@ -176,6 +181,10 @@ class GenerationJob(models.Model):
         ApiKey, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
     )
     request_id = models.CharField(max_length=128, null=True, blank=True)
+    # Who the caller says directed the job, and its confidentiality designation ("attorney work
+    # product"): the caller's own words, stated in the trail's request record.
+    directed_by = models.CharField(max_length=200, blank=True, default="")
+    designation = models.CharField(max_length=200, blank=True, default="")
     model_spec = models.ForeignKey(ModelSpec, on_delete=models.PROTECT, related_name="jobs")
     status = models.CharField(
         max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True

@@ -36,6 +36,7 @@ def api_key_create(
     name: str,
     scopes: list[str] | None = None,
     expires_at=None,
+    owner: str = "",
 ) -> tuple[ApiKey, str]:
     """Create a key for a matter (creating the matter if needed). The raw key is returned once."""
     with transaction.atomic():
@@ -45,6 +46,7 @@ def api_key_create(
             name=name,
             scopes=list(scopes) if scopes else list(ApiKey.Scope.values),
             expires_at=expires_at,
+            owner=owner,
         )
         raw_key = api_key_issue(key)
     return key, raw_key
@@ -75,6 +77,8 @@ def job_submit(
     prompt_token_ids: list[int] | None = None,
     stop: list[str] | None = None,
     request_id: str | None = None,
+    directed_by: str = "",
+    designation: str = "",
     stream: bool = False,
     caller_waits: bool = False,
     enqueue: bool = True,
@@ -107,6 +111,8 @@ def job_submit(
                 matter=matter,
                 api_key=api_key,
                 request_id=request_id,
+                directed_by=directed_by,
+                designation=designation,
                 stop=stop,
                 stream=stream,
                 caller_waits=caller_waits,
@@ -123,12 +129,25 @@ def job_submit(
 
 
 def batch_job_create(
-    *, matter: Matter, api_key: ApiKey | None, stop=None, **request
+    *,
+    matter: Matter,
+    api_key: ApiKey | None,
+    stop=None,
+    directed_by: str = "",
+    designation: str = "",
+    **request,
 ) -> GenerationJob:
     """A batch line's job (decoding.batches), its request checked as job_submit checks one
     (InvalidInput naming the field), stored queued and not yet sent: the batch feeder sends it,
     so it meets its own cap (PATHFINDER_BATCH_MAX_QUEUED) rather than the matter's."""
-    return _job_create(job_input(**request), matter=matter, api_key=api_key, stop=stop)
+    return _job_create(
+        job_input(**request),
+        matter=matter,
+        api_key=api_key,
+        stop=stop,
+        directed_by=directed_by,
+        designation=designation,
+    )
 
 
 def _job_create(checked: JobInput, *, stop: list[str] | None, **fields) -> GenerationJob:

@@ -48,7 +48,7 @@ def job_queryset_for(*, user) -> QuerySet[GenerationJob]:
 
 def job_get_for(*, user, job_id: uuid.UUID) -> GenerationJob:
     return get_object_or_404(
-        job_queryset_for(user=user).select_related("matter", "model_spec"), pk=job_id
+        job_queryset_for(user=user).select_related("matter", "model_spec", "api_key"), pk=job_id
     )
 
 
@@ -215,7 +215,7 @@ def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None 
     )
     rows = list(
         with_verification(GenerationJob.objects.filter(id__in=ids[:page_size]))
-        .select_related("matter", "model_spec")
+        .select_related("matter", "model_spec", "api_key")
         .order_by("-created_at", "-id")
     )
     _mark_unbound(rows)

@@ -122,10 +122,13 @@ def request_payload(
     models: dict,
     question: Question,
     submitted_at: str | None = None,
+    direction: dict | None = None,
     format_version: int = FORMAT_VERSION,
 ) -> dict:
     """The payload of a v2 trail's seq-0 record (or v3's, v4's). `submitted_at` (UTC_TIME: when
-    the caller submitted the job) is in the records of trails opened since the matter tags. The
+    the caller submitted the job) is in the records of trails opened since the matter tags;
+    `direction` (who directed the job, under what designation: `direction()`) in those opened
+    since issue 43. The
     prompt's token count is bound by its token ids' digest; format 4 no longer states it in
     clear, since it narrows a withheld prompt down among guesses."""
     texts = question.texts()
@@ -152,7 +155,24 @@ def request_payload(
         }
     if submitted_at is not None:
         payload["submitted_at"] = submitted_at
+    if direction is not None:
+        payload["direction"] = direction
     return payload
+
+
+def direction(
+    *, key: str | None, key_owner: str | None, directed_by: str | None, designation: str | None
+) -> dict:
+    """Who directed a job and under what privilege designation, as its request record states
+    it: the API key it came through and that key's owner (the service's), the person the caller
+    says directed it and the caller's confidentiality designation (the caller's words); null
+    where there is none. Not computed from the texts."""
+    return {
+        "key": key or None,
+        "key_owner": key_owner or None,
+        "directed_by": directed_by or None,
+        "designation": designation or None,
+    }
 
 
 def answer_payload(
@@ -372,6 +392,7 @@ class Claim:
     # The job's texts were destroyed under an order: its trail's salt and openings with them
     # (audit.erasure), so only what is not text is compared.
     destroyed: bool = False
+    direction: dict | None = None  # direction(); compared when the request record holds one
 
 
 def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Failure]:
@@ -401,6 +422,8 @@ def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Fa
             fail(f"{name} differs from the trail's request record", 0)
     if "submitted_at" in request and request["submitted_at"] != claim.submitted_at:
         fail("the submission time differs from the request record's submitted_at", 0)
+    if "direction" in request and request["direction"] != claim.direction:
+        fail("who directed it, or its designation, differs from the request record", 0)
     if claim.destroyed:  # the texts, and the salt that checked them, are gone
         answer = contents.answer
         if (claim.answer is None) != (answer is None):

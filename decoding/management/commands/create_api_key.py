@@ -24,6 +24,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--expires-in-days", type=int, help="the key stops working after this many days"
         )
+        parser.add_argument(
+            "--owner",
+            default="",
+            help="who holds the key (a person, a firm): its jobs' request records name them",
+        )
         parser.add_argument("name", help="a name for the key, unique within the matter")
 
     def handle(self, *args, **options):
@@ -39,6 +44,7 @@ class Command(BaseCommand):
             name=options["name"],
             scopes=options["scopes"],
             expires_at=timezone.now() + dt.timedelta(days=days) if days else None,
+            owner=options["owner"],
         )
         expiry = f", expires {key.expires_at:%Y-%m-%d %H:%M} UTC" if key.expires_at else ""
         self.stdout.write(

@@ -120,6 +120,8 @@ class DestroyedOut(serializers.Serializer):
 class GenerationOut(serializers.Serializer):
     id = serializers.UUIDField()
     request_id = serializers.CharField(allow_null=True)
+    directed_by = serializers.CharField(allow_null=True)
+    designation = serializers.CharField(allow_null=True)
     matter = serializers.CharField()
     model = serializers.CharField()
     status = serializers.ChoiceField(choices=GenerationJob.Status.choices)

@@ -88,6 +88,20 @@ class GenerationInput(RefusesUnknownFields, serializers.Serializer):
         "per emitted token (up to the model spec's top_logprobs); 0: none",
     )
     request_id = StrictCharField(max_length=128, required=False, allow_blank=False)
+    directed_by = StrictCharField(
+        max_length=200,
+        required=False,
+        allow_blank=False,
+        help_text="Who directed this request (the reviewer, counsel): stated in its trail's "
+        "request record, in clear",
+    )
+    designation = StrictCharField(
+        max_length=200,
+        required=False,
+        allow_blank=False,
+        help_text='Its confidentiality designation (e.g. "attorney work product"): stated in '
+        "its trail's request record, in clear",
+    )
 
     def validate_top_p(self, value):
         if value <= 0:
@@ -115,6 +129,8 @@ class GenerationOutput(serializers.Serializer):
         return {
             "id": str(job.id),
             "request_id": job.request_id,
+            "directed_by": job.directed_by or None,
+            "designation": job.designation or None,
             "matter": job.matter.name,
             "model": job.model_spec.name,
             "status": job.status,

@@ -35,7 +35,10 @@ class _OpenAIInput(RefusesUnknownFields, serializers.Serializer):
     stop = StopField(required=False, allow_null=True)
     stream = serializers.BooleanField(required=False, default=False)
     stream_options = StreamOptions(required=False, allow_null=True)
-    user = StrictCharField(max_length=256, required=False, allow_blank=True)
+    # OpenAI's end-user identifier: here who directed the request, stated in its request record.
+    user = StrictCharField(max_length=200, required=False, allow_blank=True)
+    # Pathfinder's extension: the request's confidentiality designation ("attorney work product").
+    designation = StrictCharField(max_length=200, required=False, allow_blank=False)
     # vLLM's extension: decode max_tokens tokens even past the end-of-sequence token.
     ignore_eos = serializers.BooleanField(required=False, default=False)
     n = StrictIntegerField(required=False, allow_null=True)
@@ -54,6 +57,8 @@ class _OpenAIInput(RefusesUnknownFields, serializers.Serializer):
     def native(self) -> dict:
         """The request as native API fields (GenerationInput), without the OpenAI-only ones."""
         data = {k: v for k, v in self.validated_data.items() if v is not None}
+        if data.get("user"):
+            data["directed_by"] = data["user"]
         for openai_only in ("stream", "stream_options", "user", "n", "logprobs"):
             data.pop(openai_only, None)
         if data.pop("ignore_eos"):
