@@ -29,6 +29,7 @@ from reviewers.custody_chain import custody_verify
 from reviewers.destruction import destroy, destroy_expired
 from reviewers.models import CustodyEvent
 from reviewers.records import acting_user, retention_set
+from reviewers.tasks import destroy_expired_content
 
 from .test_matter_export import chat
 
@@ -38,12 +39,18 @@ OTHER_SECRET = "CONFIDENTIAL: Lindqvist's witness list names Ada Okafor."
 
 
 def actions() -> list[str]:
-    return list(CustodyEvent.objects.order_by("seq").values_list("action", flat=True))
+    """The custody log's records-management and export events, in order (page views aside)."""
+    events = CustodyEvent.objects.exclude(action=CustodyEvent.Action.VIEW).order_by("seq")
+    return list(events.values_list("action", flat=True))
 
 
-def test_a_matter_under_hold_refuses_destruction_and_retention_and_changes_nothing(owner):
+def test_a_matter_under_hold_refuses_destruction_and_retention_and_changes_nothing(owner, reviewer):
     job = chat(owner.api, SECRET)
     call_command("legal_hold", MATTER, "--on", "--reason", "Preservation order, 26-cv-118")
+    for page in ("/portal/", f"/portal/jobs/{job.id}/"):
+        shown = reviewer.get(page).content.decode()
+        assert "Legal hold</strong> on matter Doe v. Roe" in shown
+        assert "Preservation order, 26-cv-118" in shown
     with pytest.raises(CommandError, match=r"under a legal hold .*Preservation order, 26-cv-118"):
         call_command("destroy", MATTER, "--order", "Protective order para. 12")
     retention_set(matter_name=MATTER, days=1, user=acting_user())
@@ -158,6 +165,17 @@ def test_named_jobs_only_and_an_unfinished_job_is_refused_by_name(owner, run_job
     assert first.destroyed_at and first.prompt_token_ids == []
     assert second.destroyed_at is None and second.prompt_token_ids == [8, 9, 10]
     assert verify_everything(full=True).ok
+
+
+def test_beats_retention_task_runs_under_its_lock_and_counts_the_jobs(owner, run_job):
+    job = run_job()
+    retention_set(matter_name=MATTER, days=1, user=acting_user())
+    GenerationJob.objects.filter(pk=job.pk).update(
+        created_at=timezone.now() - datetime.timedelta(days=2)
+    )
+    assert destroy_expired_content() == 1
+    job.refresh_from_db()
+    assert job.destroyed_under == "retention: 1 days after submission"
 
 
 def test_retention_destroys_what_is_older_than_the_period(owner, run_job):
