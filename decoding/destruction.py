@@ -8,12 +8,16 @@ and records the event; a worker forgets the matter's cached state when told
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from celery import current_app
 from django.db.models import Q
 
 from decoding.models import Batch, BatchFile, BatchFilePart, BatchLine, GenerationJob, Replay
+
+logger = logging.getLogger(__name__)
 
 
 class JobsNotFinished(Exception):
@@ -78,3 +82,17 @@ def erase_jobs(jobs, *, at: datetime, order: str, whole_matter_id: int | None = 
     BatchFilePart.objects.filter(file_id__in=erased.files).delete()
     BatchFile.objects.filter(pk__in=erased.files).update(destroyed_at=at, destroyed_under=order)
     return erased
+
+
+def tell_workers(matter_id: int) -> int | None:
+    """Broadcast `forget_matter` (pathfinder_site.celery) to every worker; how many answered
+    (None: the broker could not be asked). A worker that did not answer forgets before its
+    next job of the matter (decoding.worker.forgetting)."""
+    try:
+        replies = current_app.control.broadcast(
+            "forget_matter", arguments={"matter_id": matter_id}, reply=True, timeout=2.0
+        )
+    except Exception as exc:
+        logger.warning("could not tell the workers to forget", extra={"error": str(exc)})
+        return None
+    return len(replies or ())

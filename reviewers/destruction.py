@@ -145,23 +145,8 @@ def _named(matter: Matter, job_ids: Collection[str]) -> list[str]:
 
 
 def _after_commit(matter_id: int, result: Destruction) -> None:
-    result.workers = tell_workers(matter_id)
+    result.workers = decoding_content.tell_workers(matter_id)
     vacuum()
-
-
-def tell_workers(matter_id: int) -> int | None:
-    """Broadcast `forget_matter` to every worker; how many answered (None: the broker could
-    not be asked). A worker that did not answer forgets before its next job of the matter."""
-    from pathfinder_site.celery import app
-
-    try:
-        replies = app.control.broadcast(
-            "forget_matter", arguments={"matter_id": matter_id}, reply=True, timeout=2.0
-        )
-    except Exception as exc:
-        logger.warning("could not tell the workers to forget", extra={"error": str(exc)})
-        return None
-    return len(replies or ())
 
 
 def vacuum() -> None:
@@ -191,7 +176,7 @@ def destroy_expired(now=None) -> list[Destruction]:
             created_at__lt=cutoff,
             status__in=GenerationJob.FINISHED,
         ).values_list("pk", flat=True)
-        ids = [str(pk) for pk in expired[:1000]]
+        ids = [str(pk) for pk in expired[:1000]]  # the next run takes the rest
         if not ids:
             continue
         try:
