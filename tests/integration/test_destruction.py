@@ -117,6 +117,10 @@ def test_released_the_matter_is_destroyed_and_every_proof_still_verifies(
     call_command("export_trail", "--job", str(destroyed[0].id), "--out", str(after))
     assert verify_bundle(after.read_bytes(), keys=[key]) == []
     assert SECRET.encode() not in after.read_bytes()
+    produced = tmp_path / "matter.zip"
+    call_command("export_matter", "--matter", MATTER, "--out", str(produced))
+    assert verify_bundle(produced.read_bytes(), keys=[key]) == []
+    assert b"Harrow" not in produced.read_bytes()
 
     # The custody log names who, when, the order and what went; it still verifies.
     assert actions()[-3:] == ["legal_hold", "release_hold", "destroy"]
