@@ -169,6 +169,10 @@ def test_named_jobs_only_and_an_unfinished_job_is_refused_by_name(owner, run_job
     assert first.destroyed_at and first.prompt_token_ids == []
     assert second.destroyed_at is None and second.prompt_token_ids == [8, 9, 10]
     assert verify_everything(full=True).ok
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="did not replay identical"):
+        call_command("replay", str(first.id), stdout=out)
+    assert "its texts were destroyed" in out.getvalue() and "'O-1'" in out.getvalue()
 
 
 def test_beats_retention_task_runs_under_its_lock_and_counts_the_jobs(owner, run_job):

@@ -37,6 +37,11 @@ class Command(BaseCommand):
             job = GenerationJob.objects.select_related("model_spec").get(pk=uuid.UUID(given))
         except (ValueError, GenerationJob.DoesNotExist):
             return False, "no such job"
+        if job.destroyed_at is not None:
+            return False, (
+                f"not replayable: its texts were destroyed on {job.destroyed_at:%Y-%m-%d} "
+                f"under {job.destroyed_under!r}"
+            )
         if not replayable(job):
             trail = "a trail" if job.trail_id else "no trail"
             return False, f"not replayable: the job is {job.status} and has {trail}"
