@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from celery import current_app
+from django.conf import settings
 from django.db.models import Q
 
 from decoding.models import Batch, BatchFile, BatchFilePart, BatchLine, GenerationJob, Replay
@@ -88,11 +89,13 @@ def tell_workers(matter_id: int) -> int | None:
     """Broadcast `forget_matter` (pathfinder_site.celery) to every worker; how many answered
     (None: the broker could not be asked). A worker that did not answer forgets before its
     next job of the matter (decoding.worker.forgetting)."""
+    arguments = {"matter_id": matter_id, "queue": settings.CELERY_TASK_DEFAULT_QUEUE}
     try:
         replies = current_app.control.broadcast(
-            "forget_matter", arguments={"matter_id": matter_id}, reply=True, timeout=2.0
+            "forget_matter", arguments=arguments, reply=True, timeout=2.0
         )
     except Exception as exc:
         logger.warning("could not tell the workers to forget", extra={"error": str(exc)})
         return None
-    return len(replies or ())
+    answers = [answer for reply in replies or () for answer in reply.values()]
+    return sum(isinstance(a, dict) and a.get("ok") == "forgotten" for a in answers)

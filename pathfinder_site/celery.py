@@ -94,13 +94,17 @@ def pathfinder_models(state) -> dict:
     return {"processes": len(pids), "loaded": sum(pid in loaded for pid in pids)}
 
 
-@control_command(args=[("matter_id", int)], signature="<matter_id>")
-def forget_matter(state, matter_id: int) -> dict:
+@control_command(args=[("matter_id", int), ("queue", str)], signature="<matter_id> <queue>")
+def forget_matter(state, matter_id: int, queue: str) -> dict:
     """Drop what a destroyed matter's jobs left in this worker (decoding.worker.forgetting):
     the decoding process's own state on a threads-pool or solo worker; a prefork pool's
-    children forget before their next job of the matter."""
+    children forget before their next job of the matter. Only a worker of the deployment that
+    sent it (consuming its `queue`) acts: another sharing the broker has matters of its own."""
     from decoding.worker.forgetting import forget_matter as forget
 
+    consumer = getattr(state.consumer, "task_consumer", None)
+    if consumer is not None and queue not in {q.name for q in consumer.queues}:
+        return {"ok": "another deployment's worker"}
     return {"ok": "forgotten", "references": forget(matter_id), "pid": os.getpid()}
 
 

@@ -239,6 +239,7 @@ def test_after_destruction_no_dump_holds_the_matters_texts_and_the_worker_forgot
 
     done = stack.manage("destroy", "firm-a", "--order", "Protective order para. 12")
     assert done.returncode == 0, describe(done)
+    # This stack's worker; those of other stacks on the same broker are not this deployment's.
     assert "Workers: 1 confirmed" in done.stdout, done.stdout
 
     after = dumps(stack)
