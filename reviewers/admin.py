@@ -37,6 +37,11 @@ class MatterAdmin(admin.ModelAdmin):
     def on_hold(self, obj):
         return obj.on_hold
 
+    def get_readonly_fields(self, request, obj=None):
+        # A matter's name is bound into its trails' request records and its leaves' tags.
+        named = ("name",) if obj is not None else ()
+        return (*named, *self.readonly_fields)
+
     def get_fields(self, request, obj=None):
         if obj is None:
             return ("name", "retention_days")
@@ -50,8 +55,6 @@ class MatterAdmin(admin.ModelAdmin):
         if not change:
             obj.retention_days = None
             obj.save()
-        else:
-            Matter.objects.filter(pk=obj.pk).update(name=obj.name)
         try:
             if days != (form.initial.get("retention_days") if change else None):
                 retention_set(matter_name=obj.name, days=days, user=request.user, run_by="admin")

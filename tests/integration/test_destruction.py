@@ -261,9 +261,10 @@ def test_the_admin_places_and_releases_a_hold_as_custody_events(operator, owner)
         and matter.retention_days == 90
     )
     assert "Notice of 2026-12-01" in operator.get(url).content.decode()
-    operator.post(url, {"name": MATTER, "retention_days": "90", "release_hold": "on"})
+    operator.post(url, {"name": "Renamed", "retention_days": "90", "release_hold": "on"})
     matter.refresh_from_db()
     assert not matter.on_hold
+    assert matter.name == MATTER  # bound into its records: the admin cannot rename it
     assert actions() == ["retention", "legal_hold", "release_hold"]
     assert CustodyEvent.objects.filter(user=operator.user).count() == 3
 
