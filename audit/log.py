@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 
 from . import tiles, witnessing
-from .evidence import checkpoints, merkle, timestamps
+from .evidence import checkpoints, merkle, receipts, timestamps
 from .evidence.tile_math import LogIncomplete
 from .keys import signing_key, verifier_keys, verify_note
 from .models import Checkpoint, LedgerEntry
@@ -74,14 +74,18 @@ def checkpoint_create() -> Checkpoint:
             _check_extends_last_signed(tree, root)
         except LogIncomplete as exc:
             raise LogInconsistent(f"{exc}: run verify_chain --all") from exc
-        note = checkpoints.sign_checkpoint(
-            settings.PATHFINDER_LOG_ORIGIN, size, root, signing_key().private
-        )
+        key = signing_key().private
+        note = checkpoints.sign_checkpoint(settings.PATHFINDER_LOG_ORIGIN, size, root, key)
+        receipt_signature = receipts.checkpoint_signature(key, settings.PATHFINDER_LOG_ORIGIN, root)
         note = _cosigned(note, tree)
         token = _timestamp(note)
         with transaction.atomic():
             latest = Checkpoint.objects.create(
-                tree_size=size, root_hash=root.hex(), note=note, timestamp_token=token
+                tree_size=size,
+                root_hash=root.hex(),
+                note=note,
+                timestamp_token=token,
+                receipt_signature=receipt_signature,
             )
     publish(latest.tree_size, latest.note, latest.timestamp_token)
     return latest

@@ -156,6 +156,9 @@ class Checkpoint(models.Model):
     note = models.TextField(help_text="the signed note with its cosignatures, as published")
     # The RFC 3161 timestamp response over the note's bytes (DER), when an authority is set.
     timestamp_token = models.BinaryField(null=True, blank=True)
+    # The log key's Ed25519 signature of the root under the COSE receipt header (ADR 0030):
+    # one signature serves the receipt of every leaf the checkpoint covers.
+    receipt_signature = models.BinaryField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

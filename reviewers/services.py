@@ -15,7 +15,9 @@ from django.utils.text import slugify
 
 from audit.evidence.chain import Failure
 from audit.export import ExportError, trail_export
+from audit.keys import SigningKeyMissing
 from audit.models import LedgerEntry
+from audit.receipts import NotYetCovered, TrailNotSealed, trail_receipt
 from audit.verification import verify_trails
 from decoding.admission import OverCapacity
 from decoding.models import Batch, GenerationJob, Matter, Replay
@@ -149,6 +151,29 @@ def bundle_export(*, user, job: GenerationJob) -> Bundle:
         detail={"filename": bundle.filename, "bytes": bundle.size, "sha256": bundle.sha256},
     )
     return bundle
+
+
+def receipt_export(*, user, job: GenerationJob) -> tuple[bytes, str]:
+    """The RFC 9942 receipt of the job's trail (audit.receipts) and its file name, and the
+    custody event naming its SHA-256."""
+    if job.trail_id is None:
+        raise PortalRefusal("this job has no audit trail yet: there is nothing to prove")
+    try:
+        receipt = trail_receipt(job.trail_id)
+    except (TrailNotSealed, NotYetCovered, SigningKeyMissing) as exc:
+        raise PortalRefusal(f"no receipt yet: {exc}") from exc
+    filename = f"pathfinder-{job.id}.receipt.cose"
+    custody_append(
+        user=user,
+        action=CustodyEvent.Action.EXPORT,
+        job=job,
+        detail={
+            "filename": filename,
+            "bytes": len(receipt),
+            "sha256": hashlib.sha256(receipt).hexdigest(),
+        },
+    )
+    return receipt, filename
 
 
 def matter_export(*, user, matter: Matter, since, until) -> Bundle:

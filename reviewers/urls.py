@@ -15,6 +15,7 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/verify", views.job_verify, name="verify"),
     path("jobs/<uuid:job_id>/replay", views.job_replay, name="replay_start"),
     path("jobs/<uuid:job_id>/export", views.job_export, name="export"),
+    path("jobs/<uuid:job_id>/receipt", views.job_receipt, name="receipt"),
     path("jobs/<uuid:job_id>/annotations", views.job_annotate, name="annotate"),
     path("jobs/<uuid:job_id>/sign-off", views.job_sign_off, name="sign_off"),
     path("replays/<uuid:replay_id>", views.replay_status, name="replay"),

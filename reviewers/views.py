@@ -13,6 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import FileResponse, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 
 from audit import examiner_package
@@ -200,6 +201,20 @@ def job_export(request, job_id: uuid.UUID):
         messages.error(request, str(exc))
         return redirect(_walk_url(job, anchor="evidence"))
     return _zip_response(bundle)
+
+
+@login_required
+@require_POST  # it appends a custody event, as a bundle's export does
+def job_receipt(request, job_id: uuid.UUID):
+    job = selectors.job_get_for(user=request.user, job_id=job_id)
+    try:
+        receipt, filename = services.receipt_export(user=request.user, job=job)
+    except services.PortalRefusal as exc:
+        messages.error(request, str(exc))
+        return redirect(_walk_url(job, anchor="evidence"))
+    response = HttpResponse(receipt, content_type="application/cose")
+    response["Content-Disposition"] = content_disposition_header(True, filename)
+    return response
 
 
 def _zip_response(bundle) -> FileResponse:

@@ -250,8 +250,56 @@ def encode_receipt(
     leaves whose root is `root` has the audit path `proof`. `issuer` and `subject` become the
     CWT claims iss and sub (both left out when neither is given). The same inputs give the same
     bytes (Ed25519 signatures are deterministic)."""
+    protected = receipt_protected(kid=kid, issuer=issuer, subject=subject)
+    return assemble_receipt(
+        protected=protected,
+        signature=sign_root(private_key, protected, root),
+        tree_size=tree_size,
+        leaf_index=leaf_index,
+        proof=proof,
+    )
+
+
+def receipt_protected(
+    *, kid: bytes, issuer: str | None = None, subject: str | None = None
+) -> bytes:
+    """The protected header's bytes: alg, kid, the CWT claims given, vds."""
     if not isinstance(kid, (bytes, bytearray)) or len(kid) != KID_SIZE:
         raise ValueError(f"kid must be the {KID_SIZE}-byte signed-note key id")
+    protected_map: dict = {HEADER_ALG: ALG_EDDSA, HEADER_KID: bytes(kid)}
+    claims = {}
+    for label, claim in ((CWT_ISS, issuer), (CWT_SUB, subject)):
+        if claim is not None:
+            if not isinstance(claim, str) or not claim:
+                raise ValueError("issuer and subject must be non-empty strings")
+            claims[label] = claim
+    if claims:
+        protected_map[HEADER_CWT_CLAIMS] = claims
+    protected_map[HEADER_VDS] = VDS_RFC9162_SHA256
+    return cbor_encode(protected_map)
+
+
+def sign_root(private_key: Ed25519PrivateKey, protected: bytes, root: bytes) -> bytes:
+    """The signature over a root under a protected header: without a subject, the same for
+    every leaf of the tree, so the log signs it once per checkpoint (audit.log)."""
+    if not isinstance(root, (bytes, bytearray)) or len(root) != merkle.HASH_SIZE:
+        raise ValueError("root must be 32 bytes")
+    return private_key.sign(_sig_structure(protected, bytes(root)))
+
+
+def checkpoint_signature(signer_key_str: str, origin: str, root: bytes) -> bytes:
+    """What a checkpoint keeps for its receipts: the log key's signature of the root under the
+    header naming that key (kid) and the log (iss, its origin). Every receipt under the
+    checkpoint is this signature with one leaf's audit path (assemble_receipt)."""
+    kid, private = signer_for_note_key(signer_key_str)
+    return sign_root(private, receipt_protected(kid=kid, issuer=origin), root)
+
+
+def assemble_receipt(
+    *, protected: bytes, signature: bytes, tree_size: int, leaf_index: int, proof: Sequence[bytes]
+) -> bytes:
+    """The receipt of one leaf: the signed root's header and signature, and the leaf's audit
+    path in the unprotected header (the path is not signed: it folds to the signed root)."""
     for name, number in (("tree_size", tree_size), ("leaf_index", leaf_index)):
         if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number < 1 << 64:
             raise ValueError(f"{name} must be an integer in 0..2^64-1")
@@ -265,23 +313,9 @@ def encode_receipt(
             f"leaf {leaf_index} of {tree_size} has an audit path of "
             f"{_path_length(leaf_index, tree_size)} hashes, not {len(path)}"
         )
-    if not isinstance(root, (bytes, bytearray)) or len(root) != merkle.HASH_SIZE:
-        raise ValueError("root must be 32 bytes")
-    protected_map: dict = {HEADER_ALG: ALG_EDDSA, HEADER_KID: bytes(kid)}
-    claims = {}
-    for label, claim in ((CWT_ISS, issuer), (CWT_SUB, subject)):
-        if claim is not None:
-            if not isinstance(claim, str) or not claim:
-                raise ValueError("issuer and subject must be non-empty strings")
-            claims[label] = claim
-    if claims:
-        protected_map[HEADER_CWT_CLAIMS] = claims
-    protected_map[HEADER_VDS] = VDS_RFC9162_SHA256
-    protected = cbor_encode(protected_map)
     inclusion = cbor_encode([tree_size, leaf_index, path])
     unprotected = {HEADER_VDP: {VDP_INCLUSION_PROOFS: [inclusion]}}
-    signature = private_key.sign(_sig_structure(protected, bytes(root)))
-    return cbor_encode(CborTag(COSE_SIGN1_TAG, [protected, unprotected, None, signature]))
+    return cbor_encode(CborTag(COSE_SIGN1_TAG, [protected, unprotected, None, bytes(signature)]))
 
 
 def _map_problems(value: object, allowed: set[int], what: str) -> list[str]:

@@ -4,6 +4,7 @@ and pycose (COSE_Sign1 over a root folded by scitt-cose's Merkle code, not ours)
 of the checkpoint the log published, and nothing for another trail's leaf."""
 
 import base64
+import hashlib
 import io
 import json
 import zipfile
@@ -20,6 +21,7 @@ from scitt_cose import merkle as scitt_merkle
 
 from audit.evidence import checkpoints, receipts
 from audit.models import LedgerEntry
+from reviewers.models import CustodyEvent
 
 
 def public_key_of(verifier: str) -> bytes:
@@ -80,14 +82,16 @@ def test_a_receipt_verifies_with_scitt_cose_and_pycose_and_proves_the_published_
     assert checked.ok, checked.errors
     assert bytes.fromhex(checked.root) == signed.root
     assert (checked.tree_size, checked.leaf_index) == (signed.size, entry.seq)
-    assert (checked.issuer, checked.subject) == (signed.origin, str(job.trail_id))
+    # One signature of the root serves every leaf: the receipt names the log, not the trail
+    # (the leaf it is checked with does).
+    assert (checked.issuer, checked.subject) == (signed.origin, None)
     assert pycose_root(receipt, leaf, signing_host.verifier) == signed.root
 
     kid, public = receipts.key_for_verifier(signing_host.verifier)
     assert receipts.decode_receipt(receipt).kid == kid
     assert receipts.receipt_problems(
         receipt, leaf=leaf, public_key=public, root=signed.root, tree_size=signed.size,
-        leaf_index=entry.seq, kid=kid, issuer=signed.origin, subject=str(job.trail_id),
+        leaf_index=entry.seq, kid=kid, issuer=signed.origin,
     ) == []  # fmt: skip
 
     # Another trail's leaf (in the same tree) is not proven by this receipt, by either library.
@@ -107,6 +111,21 @@ def test_a_receipt_verifies_with_scitt_cose_and_pycose_and_proves_the_published_
     # The same trail and checkpoint give the same bytes.
     export(job, tmp_path / "again.receipt")
     assert (tmp_path / "again.receipt").read_bytes() == receipt
+
+
+def test_a_host_without_the_log_key_gives_receipts_out(
+    run_job, beat, signing_host, settings, tmp_path
+):
+    """The checkpoint keeps its root's signature, so the web and the workers, which never hold
+    the signing key (they pin its verifier key), give a trail's receipt out as the signing host
+    would."""
+    job = run_job()
+    beat()
+    export(job, tmp_path / "signer.receipt")
+    settings.PATHFINDER_CHECKPOINT_KEY_FILE = tmp_path / "no-such.key"
+    settings.PATHFINDER_CHECKPOINT_VERIFIER_KEY = [signing_host.verifier]
+    export(job, tmp_path / "web.receipt")
+    assert (tmp_path / "web.receipt").read_bytes() == (tmp_path / "signer.receipt").read_bytes()
 
 
 def test_the_bundles_leaf_and_key_are_what_the_receipt_is_checked_with(run_job, beat, tmp_path):
@@ -158,3 +177,24 @@ def test_an_open_trail_has_no_receipt(owner, tmp_path):
     trail_open(job_id=job_id, attempt=1)
     with pytest.raises(CommandError, match="^job: .* is still open"):
         call_command("export_receipt", "--job", str(job_id), "--out", str(tmp_path / "r"))
+
+
+def test_a_reviewer_downloads_the_receipt_from_the_portal_and_the_custody_log_names_it(
+    run_job, beat, signing_host, reviewer, other_reviewer
+):
+    job = run_job()
+    url = f"/portal/jobs/{job.id}/receipt"
+    assert reviewer.post(url).status_code == 302  # no checkpoint covers it yet: refused
+    assert not CustodyEvent.objects.filter(action="export").exists()
+    beat()
+    assert other_reviewer.post(url).status_code == 404  # another matter's reviewer
+    response = reviewer.post(url)
+    assert response.status_code == 200 and response["Content-Type"] == "application/cose"
+    receipt = response.content
+    leaf = LedgerEntry.objects.get(trail_id=job.trail_id).payload.encode("utf-8")
+    checked = scitt_cose.verify_receipt(
+        receipt, leaf_entry_hex=leaf.hex(), log_public_key_pem=pem_of(signing_host.verifier)
+    )
+    assert checked.ok, checked.errors
+    event = CustodyEvent.objects.get(action="export")
+    assert json.loads(event.detail)["sha256"] == hashlib.sha256(receipt).hexdigest()

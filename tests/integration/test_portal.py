@@ -692,6 +692,7 @@ def test_every_portal_write_leaves_a_custody_event(run_job, owner, reviewer, bea
         "verify": {},
         "replay_start": {},
         "export": {},
+        "receipt": {},
         "annotate": {"text": "Checked against the exhibit.", "step": "0"},
         "sign_off": {},
         "matter_export": {"export-matter": job.matter_id},
