@@ -50,8 +50,3 @@ def erase_trails(
         trail_ids=[str(i) for i in ids],
         tokens_kept=[str(t.id) for t in trails if 1 <= t.format_version < sealing.SEALED_SINCE],
     )
-
-
-def erased(trail_ids: Collection) -> dict[str, Erasure]:
-    """The erasures of these trails, by trail id (text)."""
-    return {str(e.trail_id): e for e in Erasure.objects.filter(trail_id__in=list(trail_ids))}

@@ -21,10 +21,6 @@ from decoding.models import Batch, BatchFile, BatchFilePart, BatchLine, Generati
 logger = logging.getLogger(__name__)
 
 
-class JobsNotFinished(Exception):
-    """Some of the jobs still run or wait: their texts are in use."""
-
-
 @dataclass
 class Erased:
     """What decoding destroyed, for the destruction event."""
@@ -44,11 +40,10 @@ def unfinished(jobs) -> list[str]:
 
 
 def erase_jobs(jobs, *, at: datetime, order: str, whole_matter_id: int | None = None) -> Erased:
-    """Destroy the content of `jobs` (a queryset of finished, not yet destroyed jobs, rows
-    locked by the caller). With `whole_matter_id`, every Batch API file of that matter goes
-    too, a job's or not; otherwise the files that hold any of the jobs' lines."""
-    if unfinished(jobs):
-        raise JobsNotFinished(", ".join(unfinished(jobs)))
+    """Destroy the content of `jobs` (a queryset of finished, not yet destroyed jobs: the
+    caller refuses unfinished ones, naming them). With `whole_matter_id`, every Batch API file
+    of that matter goes too, a job's or not; otherwise the files that hold any of the jobs'
+    lines."""
     erased = Erased(jobs=[str(pk) for pk in jobs.values_list("pk", flat=True)])
     ids = erased.jobs
     GenerationJob.objects.filter(pk__in=ids).update(
