@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Collection
+from datetime import UTC
 from pathlib import Path
 
 from . import claims
@@ -13,7 +14,8 @@ from .evidence.bundle_format import TEXT_MEMBERS
 from .evidence.tile_math import LogIncomplete
 from .keys import signer_of
 from .log import NotYetCovered, inclusion_of
-from .models import DecisionRecord, Trail
+from .models import DecisionRecord, Erasure, Trail
+from .receipts import receipt_signature
 from .verification import verify_trails
 
 # What `withhold` may name, and the bound fields each covers.
@@ -95,8 +97,23 @@ def trail_export(*, trail_id: uuid.UUID, out: Path | str, withhold: Collection[s
         texts=texts,
         models=models,
         params=params,
+        receipt_signature=receipt_signature(inclusion.checkpoint, sign=False),
+        destruction=destructions_of([trail.id]).get(trail.id),
     )
     return out
+
+
+def destructions_of(trail_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, dict]:
+    """Each of the trails whose texts were destroyed, with its destruction as the bundle's
+    destruction.json states it (bundle_format.destruction_statement)."""
+    return {
+        erasure.trail_id: {
+            "destroyed_at": erasure.erased_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "destroyed_by": erasure.erased_by,
+            "order": erasure.order,
+        }
+        for erasure in Erasure.objects.filter(trail_id__in=list(trail_ids))
+    }
 
 
 def require_intact(trail_ids: Collection[uuid.UUID], scope: str) -> None:

@@ -29,6 +29,7 @@ from .evidence.bundle_format import MATTER_FORMAT_VERSION
 from .export import (
     ExportError,
     described,
+    destructions_of,
     held_texts,
     listing,
     require_intact,
@@ -37,6 +38,7 @@ from .export import (
 )
 from .log import latest_checkpoint, log_size
 from .models import DecisionRecord, LedgerEntry, Trail
+from .receipts import receipt_signature
 from .store import matter_key
 
 CHUNK = 500  # trails read together
@@ -130,6 +132,7 @@ def matter_export(
         checkpoint_note=checkpoint.note,
         timestamp_token=checkpoint.timestamp_token,
         verifier_key=signer(checkpoint.note),
+        receipt_signature=receipt_signature(checkpoint, sign=False),
     )
     trail_ids = [entry["trail_id"] for entry in listed]
     return MatterExport(Path(out), digest, trail_ids, len(left_out), size)
@@ -140,7 +143,7 @@ def _evidence(
 ) -> Iterator[bundle.TrailEvidence]:
     """Each included trail's evidence, in log order, read a chunk at a time as the bundle is
     written; ExportError for a trail whose leaf cannot show it is of the selection."""
-    for seq, trail, entry, rows, held in _read_in_chunks(included):
+    for seq, trail, entry, rows, held, destruction in _read_in_chunks(included):
         records = [row[:4] for row in rows]  # (seq, prev_hash, record_hash, payload)
         submitted = json.loads(records[0][3]).get("submitted_at") if records else None
         if (
@@ -156,14 +159,15 @@ def _evidence(
         texts = texts_of(trail, rows, (), held=held)
         yield bundle.TrailEvidence(
             records, str(trail.id), trail.format_version, seq, entry.payload,
-            tree.inclusion_proof(seq), texts, models, params,
+            tree.inclusion_proof(seq), texts, models, params, destruction,
         )  # fmt: skip
 
 
 def _read_in_chunks(included: list) -> Iterator[tuple]:
-    """(seq, trail, ledger entry, its records, the texts held for it) for each trail, read
-    CHUNK trails at a time in two queries (the records with their kinds and openings, the job
-    rows' texts), so a matter of 50,000 trails costs a hundred reads, not three a trail."""
+    """(seq, trail, ledger entry, its records, the texts held for it, its destruction or None)
+    for each trail, read CHUNK trails at a time in three queries (the records with their kinds
+    and openings, the job rows' texts, the erasures), so a matter of 50,000 trails costs a few
+    hundred reads, not four a trail."""
     for start in range(0, len(included), CHUNK):
         chunk = included[start : start + CHUNK]
         trails = [trail for _, trail, _ in chunk]
@@ -178,8 +182,12 @@ def _read_in_chunks(included: list) -> Iterator[tuple]:
         for trail_id, *row in found.iterator(chunk_size=2000):
             rows[trail_id].append(tuple(row))
         held = held_texts(trails)
+        destroyed = destructions_of([t.id for t in trails])
         for seq, trail, entry in chunk:
-            yield seq, trail, entry, rows[trail.id], held.get(trail.id, {})
+            yield (
+                seq, trail, entry, rows[trail.id], held.get(trail.id, {}),
+                destroyed.get(trail.id),
+            )  # fmt: skip
 
 
 def _outside(

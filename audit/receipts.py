@@ -8,9 +8,9 @@ from __future__ import annotations
 import uuid
 
 from .evidence import checkpoints, receipts
-from .keys import signer_of, signing_key
+from .keys import SigningKeyMissing, signer_of, signing_key
 from .log import NotYetCovered, inclusion_of
-from .models import LedgerEntry
+from .models import Checkpoint, LedgerEntry
 
 __all__ = ["NotYetCovered", "ReceiptFailed", "TrailNotSealed", "trail_receipt"]
 
@@ -22,6 +22,22 @@ class TrailNotSealed(Exception):
 class ReceiptFailed(Exception):
     """The receipt just made does not verify against the signed checkpoint: nothing is given
     out (fail closed)."""
+
+
+def receipt_signature(checkpoint: Checkpoint, *, sign: bool) -> bytes | None:
+    """The log key's signature of the checkpoint's root for its receipts: the one it keeps, or
+    for a checkpoint signed before receipts one made now where this host holds the key (with
+    `sign`, SigningKeyMissing elsewhere; without, None elsewhere)."""
+    if checkpoint.receipt_signature:
+        return bytes(checkpoint.receipt_signature)
+    try:
+        key = signing_key()
+    except SigningKeyMissing:
+        if sign:
+            raise
+        return None
+    origin = checkpoints.parse_unverified(checkpoint.note).origin
+    return receipts.checkpoint_signature(key.private, origin, bytes.fromhex(checkpoint.root_hash))
 
 
 def trail_receipt(trail_id: uuid.UUID | str) -> bytes:
@@ -47,9 +63,7 @@ def trail_receipt(trail_id: uuid.UUID | str) -> bytes:
     origin = checkpoints.parse_unverified(checkpoint.note).origin  # verified by inclusion_of
     root = bytes.fromhex(checkpoint.root_hash)
     kid, public = receipts.key_for_verifier(signer_of(checkpoint.note))
-    signature = checkpoint.receipt_signature
-    if not signature:
-        signature = receipts.checkpoint_signature(signing_key().private, origin, root)
+    signature = receipt_signature(checkpoint, sign=True)
     receipt = receipts.assemble_receipt(
         protected=receipts.receipt_protected(kid=kid, issuer=origin),
         signature=bytes(signature),

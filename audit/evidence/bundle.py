@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from audit.evidence import chain, descriptive, merkle
+from audit.evidence import chain, checkpoints, descriptive, merkle, receipts
 from audit.evidence.bundle_format import (
     ANSWER,
     CHAIN,
     CHECKPOINT,
+    DESTRUCTION,
     DISCLOSURES,
     INCLUSION_PROOF,
     LEDGER_LEAF,
@@ -33,6 +34,7 @@ from audit.evidence.bundle_format import (
     PARAMS,
     PROMPT,
     README,
+    RECEIPT,
     RECORDS,
     REPORT,
     SIGNED_MEMBERS,
@@ -41,6 +43,7 @@ from audit.evidence.bundle_format import (
     VERIFICATION,
     VERIFIER_KEY,
     DeterministicZip,
+    destruction_statement,
     deterministic_zip,
     json_member,
     manifest_member,
@@ -66,11 +69,38 @@ class TrailEvidence:
     texts: Texts
     models: dict
     params: dict
+    # When its texts were destroyed: {"destroyed_at", "destroyed_by", "order"}; None if never.
+    destruction: dict | None = None
 
 
-def trail_members(trail: TrailEvidence, *, tree_size: int) -> dict[str, bytes]:
+@dataclass(frozen=True)
+class ReceiptSeal:
+    """What every trail's receipt under one checkpoint shares: the protected header (the log
+    key's id, the log as issuer) and the log key's signature of the checkpoint's root under it
+    (Checkpoint.receipt_signature). None where the checkpoint was signed before receipts."""
+
+    protected: bytes
+    signature: bytes
+
+
+def receipt_seal(
+    *, checkpoint_note: str, verifier_key: str, signature: bytes | None
+) -> ReceiptSeal | None:
+    """The seal of a checkpoint's receipts, from its note, the log's key and the stored
+    signature (None: no receipts under this checkpoint)."""
+    if not signature:
+        return None
+    kid, _ = receipts.key_for_verifier(verifier_key.strip())
+    origin = checkpoints.parse_unverified(checkpoint_note).origin
+    return ReceiptSeal(receipts.receipt_protected(kid=kid, issuer=origin), bytes(signature))
+
+
+def trail_members(
+    trail: TrailEvidence, *, tree_size: int, seal: ReceiptSeal | None
+) -> dict[str, bytes]:
     """The members that describe one trail (records, chain, leaf, proof, texts, models and
-    parameters), under their names in a one-trail bundle."""
+    parameters, its receipt and whether its texts were destroyed), under their names in a
+    one-trail bundle."""
     records = [tuple(r) for r in trail.records]  # any 4-sequences (e.g. values_list rows)
     lines = []
     for seq, _prev, _hash, payload in records:
@@ -110,6 +140,16 @@ def trail_members(trail: TrailEvidence, *, tree_size: int) -> dict[str, bytes]:
         ANSWER: trail.texts.answer.encode("utf-8"),
         MODELS: json_member(trail.models),
         PARAMS: json_member(trail.params),
+        RECEIPT: b""
+        if seal is None
+        else receipts.assemble_receipt(
+            protected=seal.protected,
+            signature=seal.signature,
+            tree_size=tree_size,
+            leaf_index=index,
+            proof=trail.proof,
+        ),
+        DESTRUCTION: json_member(destruction_statement(trail.destruction)),
     }
 
 
@@ -141,10 +181,13 @@ def bundle_bytes(
     texts: Texts,
     models: dict,
     params: dict,
+    receipt_signature: bytes | None = None,
+    destruction: dict | None = None,
 ) -> bytes:
-    """The bundle's zip bytes (bundle format 4). Writes what it is given, then README.txt,
+    """The bundle's zip bytes (bundle format 6). Writes what it is given, then README.txt,
     verification.txt and report.pdf made from it (audit.evidence.descriptive); verifying it is the
-    verifier's job."""
+    verifier's job. `receipt_signature` is the checkpoint's (receipt_seal); `destruction`,
+    TrailEvidence's."""
     trail = TrailEvidence(
         records,
         trail_id,
@@ -155,9 +198,13 @@ def bundle_bytes(
         texts,
         models,
         params,
+        destruction,
+    )
+    seal = receipt_seal(
+        checkpoint_note=checkpoint_note, verifier_key=verifier_key, signature=receipt_signature
     )
     members = {
-        **trail_members(trail, tree_size=tree_size),
+        **trail_members(trail, tree_size=tree_size, seal=seal),
         **signed_members(
             checkpoint_note=checkpoint_note,
             timestamp_token=timestamp_token,
@@ -176,6 +223,7 @@ def matter_bundle_bytes(
     checkpoint_note: str,
     timestamp_token: bytes | None,
     verifier_key: str,
+    receipt_signature: bytes | None = None,
 ) -> bytes:
     """A matter bundle's zip bytes, in memory (write_matter_bundle's, for small bundles)."""
     out = io.BytesIO()
@@ -186,6 +234,7 @@ def matter_bundle_bytes(
         checkpoint_note=checkpoint_note,
         timestamp_token=timestamp_token,
         verifier_key=verifier_key,
+        receipt_signature=receipt_signature,
     )
     return out.getvalue()
 
@@ -213,6 +262,7 @@ def write_matter_zip(
     checkpoint_note: str,
     timestamp_token: bytes | None,
     verifier_key: str,
+    receipt_signature: bytes | None = None,
 ) -> None:
     """A matter bundle to `out`, each trail's members written as `trails` yields it (only its
     facts are kept, for the report): matter.json (which lists the trails, in the order `trails`
@@ -230,12 +280,15 @@ def write_matter_zip(
     packed = DeterministicZip(out)
     for name in (MATTER, *SIGNED_MEMBERS):
         packed.add(name, head[name])
+    seal = receipt_seal(
+        checkpoint_note=checkpoint_note, verifier_key=verifier_key, signature=receipt_signature
+    )
     listed = iter(entry["trail_id"] for entry in matter["trails"])
     facts = []
     for trail in trails:
         if next(listed, None) != trail.trail_id:
             raise ValueError("matter.json must list exactly the trails given, in their order")
-        members = trail_members(trail, tree_size=matter["tree_size"])
+        members = trail_members(trail, tree_size=matter["tree_size"], seal=seal)
         for name in TRAIL_MEMBERS:
             packed.add(trail_member(trail.trail_id, name), members[name])
         facts.append(descriptive.trail_facts(members))

@@ -24,9 +24,13 @@ from audit.evidence import chain
 # (audit.evidence.descriptive) and verifiers require them byte for byte; 2 and 3 did not prove them.
 # 5: the texts name as the checkpoint's signer only the key in verifier-key.txt, which a verifier
 # checks; other signature lines are named as verified only by a pinned --witness-key.
-BUNDLE_FORMAT_VERSION = 5
+# 6: each trail carries receipt.cose (its RFC 9942 COSE receipt under the checkpoint, empty for a
+# checkpoint signed before receipts) and destruction.json (whether its texts were destroyed, when
+# and under what order); the texts name who directed the job.
+BUNDLE_FORMAT_VERSION = 6
 PROVEN_DESCRIPTIVE_SINCE = 4
 NAMED_SIGNERS_SINCE = 5
+RECEIPTS_SINCE = 6
 RECORDS = "records.jsonl"
 CHAIN = "chain.json"
 LEDGER_LEAF = "ledger-leaf.json"
@@ -39,6 +43,8 @@ PROMPT = "prompt.txt"
 ANSWER = "answer.txt"
 MODELS = "models.json"
 PARAMS = "params.json"
+RECEIPT = "receipt.cose"
+DESTRUCTION = "destruction.json"
 VERIFICATION = "verification.txt"
 README = "README.txt"
 MANIFEST = "manifest.json"
@@ -57,12 +63,16 @@ MEMBER_NAMES = (
     ANSWER,
     MODELS,
     PARAMS,
+    RECEIPT,
+    DESTRUCTION,
     REPORT,
     VERIFICATION,
     README,
     MANIFEST,
 )
-MEMBER_NAMES_V2 = tuple(name for name in MEMBER_NAMES if name != REPORT)
+# Formats 3 to 5 had neither receipt nor destruction; format 2, no report either.
+MEMBER_NAMES_V5 = tuple(name for name in MEMBER_NAMES if name not in (RECEIPT, DESTRUCTION))
+MEMBER_NAMES_V2 = tuple(name for name in MEMBER_NAMES_V5 if name != REPORT)
 
 
 # A matter bundle: many trails of one matter under one checkpoint. Its own members, in order:
@@ -87,7 +97,15 @@ TRAIL_MEMBERS = (
     ANSWER,
     MODELS,
     PARAMS,
+    RECEIPT,
+    DESTRUCTION,
 )
+TRAIL_MEMBERS_V5 = tuple(name for name in TRAIL_MEMBERS if name not in (RECEIPT, DESTRUCTION))
+
+
+def trail_members_of(bundle_format: int) -> tuple[str, ...]:
+    """A trail's members in a bundle of that format."""
+    return TRAIL_MEMBERS if bundle_format >= RECEIPTS_SINCE else TRAIL_MEMBERS_V5
 
 
 def trail_member(trail_id: str, name: str) -> str:
@@ -95,9 +113,12 @@ def trail_member(trail_id: str, name: str) -> str:
     return f"trails/{trail_id}/{name}"
 
 
-def matter_member_names(trail_ids: Sequence[str]) -> list[str]:
+def matter_member_names(
+    trail_ids: Sequence[str], bundle_format: int = BUNDLE_FORMAT_VERSION
+) -> list[str]:
     """A matter bundle's member names, in order, for the trails matter.json lists."""
-    per_trail = [trail_member(t, name) for t in trail_ids for name in TRAIL_MEMBERS]
+    own = trail_members_of(bundle_format)
+    per_trail = [trail_member(t, name) for t in trail_ids for name in own]
     return [MATTER, *SIGNED_MEMBERS, *per_trail, REPORT, VERIFICATION, README, MANIFEST]
 
 
@@ -203,6 +224,23 @@ def described(first_record: object) -> tuple[dict, dict]:
     first = first_record if isinstance(first_record, dict) else {}
     models = first.get("models") or {"draft": first.get("draft"), "target": first.get("target")}
     return models, first.get("params", {})
+
+
+# destruction.json: {"destroyed": false}, or when the trail's texts were destroyed (its salt,
+# openings and texts gone, its records and commitments kept) the erasure's time (UTC, to the
+# second), who ran it and the order's text.
+DESTROYED_KEYS = ("destroyed", "destroyed_at", "destroyed_by", "order")
+
+
+def destruction_statement(destruction: dict | None) -> dict:
+    """destruction.json's object for a trail's destruction ({"destroyed_at", "destroyed_by",
+    "order"}), or for a trail never destroyed (None)."""
+    if destruction is None:
+        return {"destroyed": False}
+    stated = {"destroyed": True, **destruction}
+    if tuple(sorted(stated)) != DESTROYED_KEYS:
+        raise ValueError(f"a destruction states exactly {', '.join(DESTROYED_KEYS[1:])}")
+    return stated
 
 
 def json_member(value: object) -> bytes:

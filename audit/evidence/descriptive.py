@@ -26,12 +26,15 @@ from audit.evidence.bundle_format import (
     BUNDLE_FORMAT_VERSION,
     CHAIN,
     CHECKPOINT,
+    DESTRUCTION,
     DISCLOSURES,
     LEDGER_LEAF,
     MATTER,
     NAMED_SIGNERS_SINCE,
     PROMPT,
     README,
+    RECEIPT,
+    RECEIPTS_SINCE,
     RECORDS,
     REPORT,
     VERIFICATION,
@@ -55,7 +58,10 @@ def fill(template: str, values: dict) -> str:
 
 def readme_template(kind: str, bundle_format: int) -> str:
     """README.txt's template ("trail_readme" or "matter_readme") of that bundle format: format 5
-    tells the examiner to verify with the examiner's package."""
+    tells the examiner to verify with the examiner's package, format 6 names the receipt, the
+    destruction and who directed the job."""
+    if bundle_format >= RECEIPTS_SINCE:
+        return TEXTS[f"{kind}_6"]
     return TEXTS[f"{kind}_5" if bundle_format >= NAMED_SIGNERS_SINCE else kind]
 
 
@@ -146,13 +152,25 @@ def trail_facts(members: dict[str, bytes], prefix: str = "") -> TrailFacts:
         _text(members, prefix + PROMPT),
         _text(members, prefix + ANSWER),
     )
-    return TrailFacts.of(listed, payloads, texts, chain_doc["head_hash"])
+    stated = _json(members, prefix + DESTRUCTION) if prefix + DESTRUCTION in members else {}
+    return TrailFacts.of(
+        listed,
+        payloads,
+        texts,
+        chain_doc["head_hash"],
+        destruction=stated if stated.get("destroyed") is True else None,
+        receipt=bool(members.get(prefix + RECEIPT)),
+    )
 
 
 def trail_verification(facts: TrailFacts, signed: Signed, bundle_format: int) -> str:
     """verification.txt of a one-trail bundle: what the bundle claims, each claim one that
     python -m audit.offline_verify checks."""
-    claims = [*_CLAIMS_HEAD, _trail_claim(facts), _checkpoint_claim(signed, bundle_format)]
+    claims = [
+        *_CLAIMS_HEAD,
+        *_trail_claims(facts, bundle_format),
+        _checkpoint_claim(signed, bundle_format),
+    ]
     return "\n".join(claims) + "\n"
 
 
@@ -164,7 +182,7 @@ def matter_verification(
         *_CLAIMS_HEAD,
         f"- {len(trails)} trail(s) of matter {quoted(matter['matter'])}, each with a request "
         "record naming that matter",
-        *(_trail_claim(facts) for facts in trails),
+        *(claim for facts in trails for claim in _trail_claims(facts, bundle_format)),
         _checkpoint_claim(signed, bundle_format),
         f"- {len(matter['left_out'])} trail(s) left out, listed in matter.json with the reason",
     ]
@@ -185,13 +203,37 @@ def _checkpoint_claim(signed: Signed, bundle_format: int) -> str:
     )
 
 
-def _trail_claim(facts: TrailFacts) -> str:
+def _trail_claims(facts: TrailFacts, bundle_format: int) -> list[str]:
     attempt = "no attempt recorded" if facts.attempt is None else f"attempt {facts.attempt}"
-    return (
+    claims = [
         f"- trail {facts.trail_id} (job {facts.job_id}, {attempt}): {facts.record_count} "
         f"records chained from its genesis to head {facts.head_hash}; ledger entry "
         f'{facts.leaf_index} seals that count and head with outcome "{facts.outcome}" and is in '
         "the checkpoint's tree"
+    ]
+    if bundle_format < RECEIPTS_SINCE:
+        return claims
+    if facts.receipt:
+        claims.append(
+            f"- its receipt.cose is an RFC 9942 COSE receipt of ledger entry {facts.leaf_index} "
+            "under the checkpoint's root, signed by the key in verifier-key.txt"
+        )
+    if facts.destruction is not None:
+        claims.append(
+            f"- its destruction.json states that its texts were destroyed on "
+            f"{facts.destruction['destroyed_at']} under the order "
+            f"{quoted(facts.destruction['order'])}, and it discloses none of them"
+        )
+    return claims
+
+
+def destroyed_of(facts: TrailFacts) -> str:
+    """README.txt's sentence on a destroyed trail ("" for one that was not)."""
+    if facts.destruction is None:
+        return ""
+    return (
+        f" Its texts were destroyed on {facts.destruction['destroyed_at']} under the order "
+        f"{quoted(facts.destruction['order'])} (destruction.json)."
     )
 
 
@@ -265,6 +307,8 @@ def _trail_descriptive(members: dict[str, bytes], bundle_format: int, pdf: bool)
             origin=signed.origin,
             tree_size=signed.tree_size,
             withheld=f" Withheld: {', '.join(withheld)}." if withheld else "",
+            destroyed=destroyed_of(facts),
+            direction=facts.direction_said(),
             verification=verification,
             reportlab=REPORTLAB_VERSION,
         ),
@@ -280,6 +324,7 @@ def _trail_descriptive(members: dict[str, bytes], bundle_format: int, pdf: bool)
         checkpoint_note=signed.note,
         signed_by=signed.signed_by(bundle_format),
         origin=signed.origin,
+        bundle_format=bundle_format,
     )
     return {REPORT: made, **texts}
 
@@ -300,6 +345,7 @@ def _matter_descriptive(
     matter, signed = _json(members, MATTER), signed_of(members)
     selection = selection_of(matter)
     left_out = len(matter["left_out"])
+    destroyed = sum(facts.destruction is not None for facts in trails)
     verification = matter_verification(matter, trails, signed, bundle_format)
     readme = fill(
         readme_template("matter_readme", bundle_format),
@@ -313,6 +359,12 @@ def _matter_descriptive(
                 f"\n{left_out} trail(s) of the selection are left out and listed in matter.json "
                 f"with the reason ({_LEFT_OUT_REASONS[matter['format_version']]})."
                 if left_out
+                else ""
+            ),
+            destroyed=(
+                f"\n{destroyed} trail(s) had their texts destroyed under an order; each one's "
+                "destruction.json says when and under which."
+                if destroyed
                 else ""
             ),
             completeness=TEXTS[f"matter_completeness_{matter['format_version']}"],
@@ -333,6 +385,7 @@ def _matter_descriptive(
         checkpoint_note=signed.note,
         signed_by=signed.signed_by(bundle_format),
         origin=signed.origin,
+        bundle_format=bundle_format,
     )
     return {REPORT: made, **texts}
 

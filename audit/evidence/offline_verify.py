@@ -53,6 +53,7 @@ from audit.evidence import (
     descriptive,
     matter_leaves,
     merkle,
+    receipts,
     sealing,
 )
 from audit.evidence.bundle_format import (
@@ -60,6 +61,8 @@ from audit.evidence.bundle_format import (
     BUNDLE_FORMAT_VERSION,
     CHAIN,
     CHECKPOINT,
+    DESTROYED_KEYS,
+    DESTRUCTION,
     DISCLOSURES,
     INCLUSION_PROOF,
     LEDGER_LEAF,
@@ -70,11 +73,14 @@ from audit.evidence.bundle_format import (
     MAX_MEMBER_BYTES,
     MEMBER_NAMES,
     MEMBER_NAMES_V2,
+    MEMBER_NAMES_V5,
     MODELS,
     PARAMS,
     PROMPT,
     PROVEN_DESCRIPTIVE_SINCE,
     README,
+    RECEIPT,
+    RECEIPTS_SINCE,
     RECORDS,
     REPORT,
     TEXT_MEMBERS,
@@ -275,6 +281,9 @@ def _check_members(names: list[str], check: Check) -> None:
     if names == list(MEMBER_NAMES_V2):
         check.detail = "exactly the expected members of bundle format 2 (no report), in order"
         return
+    if names == list(MEMBER_NAMES_V5):
+        check.detail = "exactly the expected members of bundle formats 3 to 5, in order"
+        return
     expected = list(MEMBER_NAMES)
     if names == expected:
         check.detail = "exactly the expected members, in order"
@@ -307,8 +316,12 @@ def _check_manifest(b: _Bundle, names: list[str], check: Check) -> None:
     if not isinstance(manifest, dict) or set(manifest) != {"format_version", "files"}:
         check.fail("manifest must hold exactly format_version and files")
         return
-    # Formats 3 to 5 carry report.pdf (a one-trail bundle's and every matter bundle's); 2 not.
-    expected = (3, 4, BUNDLE_FORMAT_VERSION) if REPORT in names else (2,)
+    # Format 6 carries receipts; 3 to 5 report.pdf (a one-trail bundle's and every matter
+    # bundle's) without them; 2 neither.
+    if any(name == RECEIPT or name.endswith("/" + RECEIPT) for name in names):
+        expected: tuple[int, ...] = (BUNDLE_FORMAT_VERSION,)
+    else:
+        expected = (3, 4, 5) if REPORT in names else (2,)
     if manifest["format_version"] not in expected:
         check.fail(
             f"bundle format_version {manifest['format_version']!r}; these members are format "
@@ -903,6 +916,106 @@ def _check_trail(b: _Bundle, label: str) -> None:
     _check_proof(b, leaf_check, b.check(f"{label}inclusion proof"))
     _check_disclosures(b, b.check(f"{label}question and answer"))
     _check_described(b, b.check(f"{label}models and params"))
+    if RECEIPT in b.members or DESTRUCTION in b.members:  # bundle format 6
+        _check_receipt(b, b.check(f"{label}receipt"))
+        _check_destruction(b, b.check(f"{label}destruction"))
+
+
+def _check_receipt(b: _Bundle, check: Check) -> None:
+    """receipt.cose: the trail's leaf, under the checkpoint's root, by the key in
+    verifier-key.txt, in the one form Pathfinder writes; empty when the checkpoint was signed
+    before receipts."""
+    receipt = b.members.get(RECEIPT)
+    if receipt is None:
+        check.fail(f"{RECEIPT} is missing")
+        return
+    if not receipt:  # nothing to check; the inclusion proof proves the same
+        check.skipped = True
+        check.detail = "none: the checkpoint was signed before receipts (receipt.cose is empty)"
+        return
+    if b.checkpoint is None or b.leaf_index is None or b.leaf_payload is None:
+        check.fail("no readable ledger leaf and checkpoint to hold the receipt to")
+        return
+    try:
+        kid, public = receipts.key_for_verifier(_member_text(b, VERIFIER_KEY).strip())
+    except checkpoints.CheckpointError as exc:
+        check.fail(f"{VERIFIER_KEY} is not a verifier key ({exc})")
+        return
+    cp = b.checkpoint
+    problems = receipts.receipt_problems(
+        receipt,
+        leaf=b.leaf_payload.encode("utf-8"),
+        public_key=public,
+        root=cp.root,
+        tree_size=cp.size,
+        leaf_index=b.leaf_index,
+        kid=kid,
+        issuer=cp.origin,
+    )
+    for problem in problems:
+        check.fail(problem)
+    if problems:
+        return
+    stated = receipts.decode_receipt(receipt)
+    again = receipts.assemble_receipt(
+        protected=receipts.receipt_protected(kid=kid, issuer=cp.origin),
+        signature=stated.signature,
+        tree_size=cp.size,
+        leaf_index=b.leaf_index,
+        proof=stated.path,
+    )
+    if again != receipt:
+        check.fail(f"{RECEIPT} is not in the one deterministic form docs/audit-format.md gives")
+    else:
+        check.detail = (
+            f"an RFC 9942 receipt of leaf {b.leaf_index} under the checkpoint's root, signed by "
+            "the key in verifier-key.txt"
+        )
+
+
+def _member_text(b: _Bundle, name: str) -> str:
+    return b.members.get(name, b"").decode("utf-8", "replace")
+
+
+_UTC_SECOND = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z", re.ASCII)
+
+
+def _check_destruction(b: _Bundle, check: Check) -> None:
+    """destruction.json: {"destroyed": false}, or the destruction's time, who ran it and its
+    order; a destroyed trail discloses none of its texts or openings (what the statement can be
+    held to: its time and order are the service's word, its custody log's event)."""
+    doc = b.json(DESTRUCTION, check)
+    if doc is None:
+        return
+    if doc == {"destroyed": False} and doc["destroyed"] is False:
+        check.detail = "its texts were not destroyed"
+        return
+    if (
+        tuple(sorted(doc)) != DESTROYED_KEYS
+        or doc["destroyed"] is not True
+        or not isinstance(doc["destroyed_at"], str)
+        or not _UTC_SECOND.fullmatch(doc["destroyed_at"])
+        or not all(isinstance(doc[k], str) and doc[k] for k in ("destroyed_by", "order"))
+    ):
+        check.fail(
+            f'{DESTRUCTION} must be {{"destroyed": false}} or hold exactly '
+            f"{', '.join(DESTROYED_KEYS)} (destroyed true, a UTC time YYYY-MM-DDTHH:MM:SSZ, "
+            "non-empty texts)"
+        )
+        return
+    disclosures = b.members.get(DISCLOSURES, b"{}").decode("utf-8", "replace")
+    try:
+        opened = [n for n, e in _loads(disclosures).items() if e != {"withheld": True}]
+    except (ValueError, AttributeError):
+        opened = ["(disclosures.json is unreadable)"]
+    shown = [m for m in TEXT_MEMBERS.values() if b.members.get(m)]
+    if opened or shown:
+        check.fail(f"it states the texts were destroyed, yet discloses {', '.join(opened + shown)}")
+    else:
+        check.detail = (
+            f"destroyed on {doc['destroyed_at']} under the order {doc['order']!r}; it discloses "
+            "none of its texts"
+        )
 
 
 def _check_signed(
@@ -1099,7 +1212,9 @@ def _check_matter(b: _Bundle, names: list[str]) -> dict | None:
             f"{doc['tree_size']} trails, {len(doc['left_out'])} left out"
         )
     members = b.check("members")
-    if ids and names != matter_member_names(ids):
+    if ids and names == matter_member_names(ids, RECEIPTS_SINCE - 1):
+        members.detail = f"exactly the expected members of formats 3 to 5, for {len(ids)} trails"
+    elif ids and names != matter_member_names(ids):
         expected = matter_member_names(ids)
         missing = [n for n in expected if n not in names]
         extra = [n for n in names if n not in expected]
@@ -1157,7 +1272,8 @@ def _check_listed_trail(b: _Bundle, doc: dict, entry: dict) -> dict | None:
         for name in TRAIL_MEMBERS
         if trail_member(trail_id, name) in b.members
     }
-    sub = _Bundle(members={**own, CHECKPOINT: b.members.get(CHECKPOINT, b"")}, key=None)
+    signed = {name: b.members.get(name, b"") for name in (CHECKPOINT, VERIFIER_KEY)}
+    sub = _Bundle(members={**own, **signed}, key=None)
     label = f"trail {trail_id}: "
     _check_trail(sub, label)
     b.checks.extend(sub.checks)

@@ -26,6 +26,7 @@ from reportlab.platypus import (
     TableStyle,
 )
 
+from audit.evidence.bundle_format import RECEIPTS_SINCE
 from audit.evidence.trail_facts import TrailFacts
 
 _STYLES = getSampleStyleSheet()
@@ -92,22 +93,32 @@ def _decisions(facts: TrailFacts) -> str:
     )
 
 
-def _trail_section(facts: TrailFacts) -> list:
+def _trail_section(facts: TrailFacts, bundle_format: int) -> list:
     status = "ABANDONED attempt (its worker was lost)" if facts.abandoned else facts.outcome
+    rows = [
+        ("Job", facts.job_id),
+        ("Attempt", f"{facts.attempt} ({status})"),
+        ("Ledger entry", facts.leaf_index),
+        ("Records", facts.record_count),
+        ("Decision rule", ", ".join(facts.rules) or "none"),
+        ("Decisions", _decisions(facts)),
+        ("Parameters", ", ".join(f"{k}={v}" for k, v in sorted(facts.params.items()))),
+    ]
+    destroyed = facts.destruction
+    if bundle_format >= RECEIPTS_SINCE:  # the rows earlier formats' reports were made without
+        rows += [
+            ("Direction", facts.direction_said()),
+            (
+                "Destroyed",
+                f"on {destroyed['destroyed_at']} under the order: {destroyed['order']}"
+                if destroyed
+                else "no",
+            ),
+            ("Receipt", "receipt.cose (RFC 9942)" if facts.receipt else "none"),
+        ]
     flow = [
         Paragraph(_shown(f"Trail {facts.trail_id}"), H2),
-        _table(
-            [
-                ("Job", facts.job_id),
-                ("Attempt", f"{facts.attempt} ({status})"),
-                ("Ledger entry", facts.leaf_index),
-                ("Records", facts.record_count),
-                ("Decision rule", ", ".join(facts.rules) or "none"),
-                ("Decisions", _decisions(facts)),
-                ("Parameters", ", ".join(f"{k}={v}" for k, v in sorted(facts.params.items()))),
-            ],
-            [1.4 * inch, 5.1 * inch],
-        ),
+        _table(rows, [1.4 * inch, 5.1 * inch]),
         Spacer(1, 4),
         Paragraph("Chain head (SHA-256)", H3),
         Paragraph(facts.head_hash, HASH),
@@ -121,6 +132,8 @@ def _trail_section(facts: TrailFacts) -> list:
         ]
     question = facts.question if facts.question is not None else "(withheld, or not bound)"
     answer = facts.answer if facts.answer is not None else "(withheld, or no answer was served)"
+    if destroyed and bundle_format >= RECEIPTS_SINCE:
+        question = answer = f"(destroyed on {destroyed['destroyed_at']})"
     flow += [
         Paragraph("Question (the prompt exactly as the model saw it)", H3),
         Paragraph(_shown(question), TEXT),
@@ -192,6 +205,7 @@ def matter_report(
     checkpoint_note: str,
     signed_by: str,
     origin: str,
+    bundle_format: int,
 ) -> bytes:
     """The report of a matter bundle: a summary, the verification, the checkpoint and its
     cosignatures, every trail, then the certification template."""
@@ -219,7 +233,7 @@ def matter_report(
         ),
     ]
     for facts in trails:
-        flow += [PageBreak(), *_trail_section(facts)]
+        flow += [PageBreak(), *_trail_section(facts, bundle_format)]
     flow += [PageBreak()]
     flow += _certification(
         origin=origin, scope=selection, count=len(trails), checkpoint_note=checkpoint_note
@@ -228,13 +242,19 @@ def matter_report(
 
 
 def trail_report(
-    *, facts: TrailFacts, verification: str, checkpoint_note: str, signed_by: str, origin: str
+    *,
+    facts: TrailFacts,
+    verification: str,
+    checkpoint_note: str,
+    signed_by: str,
+    origin: str,
+    bundle_format: int,
 ) -> bytes:
     """The report of a one-trail bundle: the trail, the verification, the checkpoint and its
     signers, then the certification template."""
     flow = [
         Paragraph(_shown(f"Pathfinder evidence report: trail {facts.trail_id}"), H1),
-        *_trail_section(facts)[1:],
+        *_trail_section(facts, bundle_format)[1:],
         Paragraph("Verification at export", H2),
         Paragraph(_shown(verification), TEXT),
         Paragraph("Checkpoint (signed note) and its signers", H2),

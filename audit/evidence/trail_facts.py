@@ -7,6 +7,7 @@ Pure Python (no Django), like the verifier.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from audit.evidence import binding, sealing
@@ -52,9 +53,40 @@ class TrailFacts:
     # Format 4: steps whose workings the bundle keeps sealed; drafted, accepted and tokens
     # count only the others.
     sealed_steps: int = 0
+    # The request record's direction (binding.direction), None where it records none.
+    direction: dict | None = None
+    # Bundle format 6: destruction.json's statement when the texts were destroyed, and whether
+    # the trail carries a receipt.
+    destruction: dict | None = None
+    receipt: bool = False
+
+    def direction_said(self) -> str:
+        """Who directed the job and under what designation, in its request record's words (the
+        README's and the report's sentence)."""
+        if not isinstance(self.direction, dict):
+            return "Who directed it: its request record does not say."
+        said = {
+            name: json.dumps(value, ensure_ascii=False) if isinstance(value, str) else "not given"
+            for name in ("key", "key_owner", "directed_by", "designation")
+            for value in [self.direction.get(name)]
+        }
+        return (
+            f"Who directed it, as its request record states: API key {said['key']}, the key's "
+            f"owner {said['key_owner']}, directed by {said['directed_by']}, confidentiality "
+            f"designation {said['designation']}."
+        )
 
     @classmethod
-    def of(cls, listed: dict, payloads: list[dict], texts: Texts, head_hash: str) -> TrailFacts:
+    def of(
+        cls,
+        listed: dict,
+        payloads: list[dict],
+        texts: Texts,
+        head_hash: str,
+        *,
+        destruction: dict | None = None,
+        receipt: bool = False,
+    ) -> TrailFacts:
         opened = {
             name: entry["value"]
             for name, entry in texts.disclosures.items()
@@ -104,6 +136,9 @@ class TrailFacts:
             rules=sorted({d.get("rule", "") for d in decisions}),
             stop=decisions[-1].get("stop") if decisions else None,
             sealed_steps=sum(sealing.workings_sealed(d) for d in decisions),
+            direction=(request or {}).get("direction"),
+            destruction=destruction,
+            receipt=receipt,
         )
 
 

@@ -14,7 +14,7 @@ import json
 import struct
 from pathlib import Path
 
-from audit.evidence import binding, bundle, chain, checkpoints, matter_leaves, merkle
+from audit.evidence import binding, bundle, chain, checkpoints, matter_leaves, merkle, receipts
 from audit.evidence.tile_math import tile_path
 from tests.data import make_golden_vectors_v2 as v2
 
@@ -186,6 +186,7 @@ def parts() -> dict:
         checkpoint_note=note,
         timestamp_token=None,
         verifier_key=log_verifier,
+        receipt_signature=receipts.checkpoint_signature(log_private, v2.ORIGIN, merkle.root(data)),
     )
 
 

@@ -21,7 +21,7 @@ import hashlib
 import struct
 from pathlib import Path
 
-from audit.evidence import bundle, chain, checkpoints, matter_leaves, merkle
+from audit.evidence import bundle, chain, checkpoints, matter_leaves, merkle, receipts
 from audit.evidence.tile_math import tile_path
 from tests.data import make_golden_v4 as v4
 from tests.data import make_golden_vectors_v2 as v2
@@ -124,6 +124,7 @@ def build() -> bytes:
         checkpoint_note=note,
         timestamp_token=None,
         verifier_key=log_verifier,
+        receipt_signature=receipts.checkpoint_signature(log_private, v2.ORIGIN, merkle.root(data)),
     )
 
 

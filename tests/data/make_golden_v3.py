@@ -12,7 +12,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from audit.evidence import binding, bundle, chain, checkpoints, merkle, sealing
+from audit.evidence import binding, bundle, chain, checkpoints, merkle, receipts, sealing
 from tests.data import make_golden_vectors_v2 as v2
 
 HERE = Path(__file__).parent
@@ -118,6 +118,7 @@ def build() -> tuple[dict, bytes]:
         checkpoint_note=signed,
         timestamp_token=None,
         verifier_key=log_verifier,
+        receipt_signature=receipts.checkpoint_signature(log_private, v2.ORIGIN, merkle.root(data)),
         texts=bundle.Texts(_disclosures(values), "", v2.ANSWER.text),
         models={"draft": v2.MODEL, "target": v2.MODEL},
         params=v2.QUESTION.params,

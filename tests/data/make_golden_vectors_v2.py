@@ -11,7 +11,7 @@ import json
 import zipfile
 from pathlib import Path
 
-from audit.evidence import binding, bundle, chain, checkpoints, merkle
+from audit.evidence import binding, bundle, chain, checkpoints, merkle, receipts
 
 HERE = Path(__file__).parent
 TRAIL_ID = "7d1f0c2e-4b3a-4e5d-9c8b-0a1b2c3d4e5f"
@@ -185,6 +185,7 @@ def build() -> tuple[dict, bytes]:
         checkpoint_note=note,
         timestamp_token=None,
         verifier_key=log_verifier,
+        receipt_signature=receipts.checkpoint_signature(log_private, ORIGIN, root),
         texts=bundle.Texts(disclosures, QUESTION.rendered, ANSWER.text),
         models={"draft": MODEL, "target": MODEL},
         params=QUESTION.params,

@@ -14,11 +14,14 @@ otherwise it exits 1 (2 for bad arguments).
 
 What it checks (doc section in brackets):
   * zip container: stored members, rebuilt byte for byte with the deterministic packing
-    ["The evidence bundle", the paragraph "The zip is deterministic"]; members exactly the
-    format's, in order (one-trail table; for a matter bundle ["The matter bundle"] matter.json,
-    checkpoint.txt, checkpoint.tsr, verifier-key.txt, trails/<id>/<9 members> in matter.json's
-    order, report.pdf, verification.txt, README.txt, manifest.json);
-  * manifest.json canonical, every other member's SHA-256, bundle format 5 or 4;
+    ["The evidence bundle (bundle format 6)", the paragraph "The zip is deterministic"]; members
+    exactly the format's, in order (one-trail table: format 6's, with receipt.cose and
+    destruction.json after params.json, or format 4/5's without them; for a matter bundle ["The
+    matter bundle"] matter.json, checkpoint.txt, checkpoint.tsr, verifier-key.txt,
+    trails/<id>/<the one-trail per-trail members: 11 in format 6, 9 before, every trail alike>
+    in matter.json's order, report.pdf, verification.txt, README.txt, manifest.json);
+  * manifest.json canonical, every other member's SHA-256, bundle format 6 exactly when format
+    6's members are there, else 5 or 4;
   * JSON members written exactly as `json.dumps(sort_keys, indent=2, ensure_ascii=False)+"\\n"`
     (re-serialised with an independent writer);
   * per trail ["Level 1"]: records.jsonl canonical JSON ["Canonical payloads"], the hash chain from
@@ -37,6 +40,17 @@ What it checks (doc section in brackets):
     format-3 slot openings and format-4 workings openings open their commitments (PF-TOKEN-v3)
     and a disclosed format-3 answer.token_ids equals the opened emitted slots;
   * models.json / params.json byte for byte what the first record names;
+  * receipt.cose (format 6) ["COSE Receipts (RFC 9942)", check `receipt`]: empty is reported
+    (SKIP); otherwise exactly the deterministic CBOR (own encoder) of tag 18 [<<{1: -8, 4: kid,
+    15: {1: origin}, 395: 1}>>, {396: {-1: [<<[tree_size, leaf_index, path]>>]}}, nil, its last
+    64 bytes], kid the id of verifier-key.txt's key, origin and tree_size the checkpoint's,
+    leaf_index the ledger leaf's, path inclusion-proof.json's (folding to the checkpoint's root),
+    and that Ed25519 signature of verifier-key.txt's key verifying over
+    ["Signature1", <<protected>>, h'', the checkpoint's root];
+  * destruction.json (format 6, check `destruction`): in the bundle's JSON form, exactly
+    {"destroyed": false} or {"destroyed": true, "destroyed_at": "YYYY-MM-DDTHH:MM:SSZ",
+    "destroyed_by", "order" (non-empty strings)}; a destroyed trail has every disclosures.json
+    entry {"withheld": true} (so no slot opened) and prompt.txt / answer.txt empty;
   * matter bundles ["The matter bundle (matter format 3)", "Older matter formats"]: matter.json's
     form (formats 1, 2, 3), each listed trail's chain/leaf/job/outcome/attempt/matter, matter_tag
     HMAC with matter_key, matter format not below its leaves', the selection (since/until/batch)
@@ -50,7 +64,8 @@ What it checks (doc section in brackets):
 What it does NOT check (by design of this brief): the decision rule (draws, ratios, accept tests,
 context lengths), format-3/4 slot semantics beyond opening commitments and the emitted list,
 README.txt / verification.txt / report.pdf (the descriptive members: only their manifest
-hashes are checked), witness cosignatures (other signature lines are only syntax-checked),
+hashes are checked), destruction.json's time, operator and order beyond their form (the
+service's word, per the doc), witness cosignatures (other signature lines are only syntax-checked),
 RFC 3161 timestamps (a non-empty checkpoint.tsr is reported as SKIP), bundle format 2/3's
 --unproven-descriptive mode (refused) and bundle format 1.
 
@@ -64,7 +79,13 @@ is the last word of the first reason ending "not a line of batch B" (848); `no_r
 leaf holding the key "matter_tag" with null (806); a left-out previous attempt must be the
 left-out entry of that trail id with the job's id (823); a failing signature line of the pinned
 key's name and id fails the note (466-475, cf. 527); disclosed `salt`s are field/slot salts,
-used as raw 32 bytes (124-125, 587).
+used as raw 32 bytes (124-125, 587). Bundle format 6: the receipt's CWT claims are {1: iss} only
+(597 "There is no sub"), not the 2-claim map of the example bytes and receipt-golden.cbor
+(609-611); a matter bundle's trails/<id>/ holds the one-trail per-trail members of its format
+(908 "exactly as a one-trail bundle holds them", though its list names format 5's nine) and its
+manifest says 6 (911 still says 5); destroyed_by and order are non-empty strings (696 says only
+"who ran it", "the order's text"); the receipt's path must fold to the checkpoint's root under
+the `receipt` check too, not only under `inclusion proof` (603-606).
 """
 
 from __future__ import annotations
@@ -585,6 +606,18 @@ ONE_TRAIL_MEMBERS = (
     + ["report.pdf", "verification.txt", "README.txt", "manifest.json"]
 )
 PER_TRAIL = TRAIL_MEMBERS + TEXT_MEMBERS
+# Bundle format 6 adds receipt.cose and destruction.json after params.json ("The evidence bundle
+# (bundle format 6)"; a matter bundle's trails/<id>/ holds "that trail's members exactly as a
+# one-trail bundle holds them").
+FORMAT6_MEMBERS = ["receipt.cose", "destruction.json"]
+ONE_TRAIL_MEMBERS_6 = (
+    TRAIL_MEMBERS
+    + ["checkpoint.txt", "checkpoint.tsr", "verifier-key.txt"]
+    + TEXT_MEMBERS
+    + FORMAT6_MEMBERS
+    + ["report.pdf", "verification.txt", "README.txt", "manifest.json"]
+)
+PER_TRAIL_6 = PER_TRAIL + FORMAT6_MEMBERS
 
 LEAF_UNTAGGED = {"head", "job", "outcome", "records", "trail", "v"}
 LEAF_TAGGED = LEAF_UNTAGGED | {"matter_tag", "sealed_at"}
@@ -650,6 +683,7 @@ class Trail:
     leaf_payload: bytes | None = None
     leaf_index: int | None = None
     leaf_kind: str | None = None
+    proof: list[bytes] | None = None
     answer: dict | None = None
     decisions: list = []
     payloads: list = []
@@ -657,8 +691,17 @@ class Trail:
     count: int = 0
 
 
-def verify_trail(m: dict[str, bytes], prefix: str, cp_size: int, cp_root: bytes) -> Trail:
-    """All one-trail checks on the members m[prefix + name]."""
+def verify_trail(
+    m: dict[str, bytes],
+    prefix: str,
+    cp_size: int,
+    cp_root: bytes,
+    fmt6: bool = False,
+    origin: str | None = None,
+    bundled: VerifierKey | None = None,
+) -> Trail:
+    """All one-trail checks on the members m[prefix + name] (with fmt6, also receipt.cose under
+    the checkpoint of `origin` signed by the `bundled` key, and destruction.json)."""
     t = Trail()
     pre = f"trail {prefix[len('trails/') : -1]}: " if prefix else ""
     try:
@@ -675,6 +718,20 @@ def verify_trail(m: dict[str, bytes], prefix: str, cp_size: int, cp_root: bytes)
             pass
         except Exception as e:  # never let a malformed bundle crash the verifier
             fail(pre + part.__name__.strip("_").replace("_", " "), f"malformed ({e!r})")
+    if fmt6:
+        for name, run in (
+            (
+                "receipt",
+                lambda: _verify_receipt(t, m, prefix, pre, cp_size, cp_root, origin, bundled),
+            ),
+            ("destruction", lambda: _verify_destruction(t, m, prefix, pre)),
+        ):
+            try:
+                run()
+            except Stop:
+                pass
+            except Exception as e:  # never let a malformed bundle crash the verifier
+                fail(pre + name, f"malformed ({e!r})")
     return t
 
 
@@ -940,6 +997,7 @@ def _verify_inclusion(t: Trail, m, prefix, pre, cp_size, cp_root) -> None:
     if t.leaf_payload is None:
         fail(check, "no ledger leaf to prove")
         raise Stop
+    t.proof = [bytes.fromhex(h) for h in ip["proof"]]
     lh = leaf_hash(t.leaf_payload)
     require(
         ip["leaf_hash"] == lh.hex(), pre + "leaf hash", "leaf_hash is not SHA-256(0x00 || payload)"
@@ -1163,6 +1221,160 @@ def _verify_models_params(t: Trail, m, prefix, pre, cp_size, cp_root) -> None:
     )
     require(
         m[prefix + "params.json"] == want_p, check, "params.json is not what the first record names"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Bundle format 6: receipt.cose ("COSE Receipts (RFC 9942)") and destruction.json
+# ---------------------------------------------------------------------------------------------
+
+
+class CborTag:
+    def __init__(self, tag: int, value):
+        self.tag, self.value = tag, value
+
+
+def _cbor_head(major: int, n: int) -> bytes:
+    """RFC 8949 section 4.2.1: the shortest head for the argument n."""
+    if n < 24:
+        return bytes([major << 5 | n])
+    for extra, width in ((24, 1), (25, 2), (26, 4), (27, 8)):
+        if n < 1 << (8 * width):
+            return bytes([major << 5 | extra]) + n.to_bytes(width, "big")
+    raise ValueError(f"CBOR argument {n} too large")
+
+
+def cbor(v) -> bytes:
+    """Deterministic CBOR (RFC 8949 section 4.2.1): shortest heads, definite lengths, map keys
+    in the bytewise order of their encodings. Only what a receipt holds."""
+    if v is None:
+        return b"\xf6"
+    if is_int(v):
+        return _cbor_head(0, v) if v >= 0 else _cbor_head(1, -1 - v)
+    if isinstance(v, bytes):
+        return _cbor_head(2, len(v)) + v
+    if isinstance(v, str):
+        b = v.encode("utf-8")
+        return _cbor_head(3, len(b)) + b
+    if isinstance(v, list):
+        return _cbor_head(4, len(v)) + b"".join(cbor(x) for x in v)
+    if isinstance(v, dict):
+        items = sorted((cbor(k), cbor(x)) for k, x in v.items())
+        if len({k for k, _ in items}) != len(items):
+            raise ValueError("duplicate CBOR map key")
+        return _cbor_head(5, len(items)) + b"".join(k + x for k, x in items)
+    if isinstance(v, CborTag):
+        return _cbor_head(6, v.tag) + cbor(v.value)
+    raise ValueError(f"no CBOR form for {type(v).__name__}")
+
+
+def receipt_protected(kid: bytes, origin: str) -> bytes:
+    """The protected header: {1: -8 (EdDSA), 4: kid, 15: {1: iss}, 395: 1 (RFC9162_SHA256)}."""
+    return cbor({1: -8, 4: kid, 15: {1: origin}, 395: 1})
+
+
+def receipt_bytes(
+    kid: bytes, origin: str, tree_size: int, leaf_index: int, path: list[bytes], sig: bytes
+) -> bytes:
+    """18([<<protected>>, {396: {-1: [<<[tree_size, leaf_index, path]>>]}}, nil, signature])."""
+    proof = cbor([tree_size, leaf_index, list(path)])
+    return cbor(CborTag(18, [receipt_protected(kid, origin), {396: {-1: [proof]}}, None, sig]))
+
+
+def receipt_to_be_signed(protected: bytes, root: bytes) -> bytes:
+    """The Sig_structure ["Signature1", protected header bytes, h'', root] (RFC 9052)."""
+    return cbor(["Signature1", protected, b"", root])
+
+
+def _verify_receipt(
+    t: Trail, m, prefix, pre, cp_size, cp_root, origin, bundled: VerifierKey | None
+) -> None:
+    """receipt.cose: exactly the receipt of this leaf under the checkpoint (iss its origin, kid the
+    bundled key's id, tree_size its size, the ledger leaf's index, inclusion-proof.json's path),
+    its Ed25519 signature over the Sig_structure with the checkpoint's root verifying."""
+    check = pre + "receipt"
+    data = m[prefix + "receipt.cose"]
+    if not data:
+        skip(check, "receipt.cose is empty (the checkpoint has no receipt signature)")
+        return
+    if bundled is None:
+        fail(check, "no verifier key in verifier-key.txt to check the receipt with")
+        return
+    if t.leaf_payload is None or t.leaf_index is None or t.proof is None:
+        fail(check, "no verified ledger leaf and inclusion proof to make the receipt of")
+        return
+    lh = leaf_hash(t.leaf_payload)
+    if not require(
+        root_from_inclusion(t.leaf_index, cp_size, lh, t.proof) == cp_root,
+        check,
+        "the leaf and inclusion-proof.json's path do not fold to the checkpoint's root",
+    ):
+        return
+    if len(data) < 64:
+        fail(check, "receipt.cose is shorter than a signature")
+        return
+    sig = data[-64:]
+    want = receipt_bytes(bundled.key_id, origin, cp_size, t.leaf_index, t.proof, sig)
+    if not require(
+        data == want,
+        check,
+        "receipt.cose is not the receipt of this leaf under the checkpoint (kid, iss, tree_size, "
+        "leaf_index, path) in the doc's deterministic CBOR",
+    ):
+        return
+    tbs = receipt_to_be_signed(receipt_protected(bundled.key_id, origin), cp_root)
+    try:
+        Ed25519PublicKey.from_public_bytes(bundled.public).verify(sig, tbs)
+    except InvalidSignature:
+        fail(check, "the receipt's Ed25519 signature does not verify over the checkpoint's root")
+
+
+def _is_withheld(v) -> bool:
+    return isinstance(v, dict) and set(v) == {"withheld"} and v["withheld"] is True
+
+
+DESTROYED_AT_RE = re.compile(r"\A\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
+
+
+def _verify_destruction(t: Trail, m, prefix, pre) -> None:
+    """destruction.json: {"destroyed": false}, or destroyed true with destroyed_at (to the second,
+    UTC), destroyed_by and order; a destroyed trail discloses nothing."""
+    check = pre + "destruction"
+    d = load_pretty(m[prefix + "destruction.json"], check, "destruction.json")
+    if d == {"destroyed": False} and d["destroyed"] is False:
+        return
+    keys = {"destroyed", "destroyed_at", "destroyed_by", "order"}
+    if not isinstance(d, dict) or set(d) != keys or d["destroyed"] is not True:
+        fail(
+            check,
+            'destruction.json is neither {"destroyed": false} nor '
+            "{destroyed: true, destroyed_at, destroyed_by, order}",
+        )
+        return
+    at = d["destroyed_at"]
+    ok_at = isinstance(at, str) and bool(DESTROYED_AT_RE.match(at))
+    if ok_at:
+        try:
+            datetime.strptime(at, "%Y-%m-%dT%H:%M:%SZ")
+        except ValueError:
+            ok_at = False
+    require(ok_at, check, "destroyed_at is not a UTC time YYYY-MM-DDTHH:MM:SSZ")
+    for k in ("destroyed_by", "order"):
+        require(isinstance(d[k], str) and d[k] != "", check, f"{k} is not a non-empty string")
+    # A destroyed trail discloses nothing: every entry withheld, the text members empty.
+    disc = load_pretty(m[prefix + "disclosures.json"], check, "disclosures.json")
+    open_ = None
+    if isinstance(disc, dict):
+        open_ = sorted(k for k, v in disc.items() if not _is_withheld(v))
+    require(
+        open_ == [],
+        check,
+        f"the trail's texts were destroyed, but disclosures.json discloses {open_}",
+    )
+    require(
+        m[prefix + "prompt.txt"] == b"" and m[prefix + "answer.txt"] == b"",
+        check,
+        "the trail's texts were destroyed, but prompt.txt or answer.txt is not empty",
     )
 
 
@@ -1615,19 +1827,29 @@ def verify(path: str, keys: list[VerifierKey], log: str | None) -> None:
     names = [n for n, _ in members]
     m = dict(members)
 
-    # Members: exactly the format's, in order.
+    # Members: exactly the format's, in order (format 6's, or format 4/5's: every trail alike).
     mj = None
     if names and names[0] == "matter.json":
         try:
             mj = load_matter(m["matter.json"])
         except Stop:
             return
-        expected = ["matter.json", "checkpoint.txt", "checkpoint.tsr", "verifier-key.txt"]
-        for e in mj["trails"]:
-            expected += [f"trails/{e['trail_id']}/{n}" for n in PER_TRAIL]
-        expected += ["report.pdf", "verification.txt", "README.txt", "manifest.json"]
+        candidates = []
+        for per_trail in (PER_TRAIL_6, PER_TRAIL):
+            exp = ["matter.json", "checkpoint.txt", "checkpoint.tsr", "verifier-key.txt"]
+            for e in mj["trails"]:
+                exp += [f"trails/{e['trail_id']}/{n}" for n in per_trail]
+            exp += ["report.pdf", "verification.txt", "README.txt", "manifest.json"]
+            candidates.append(exp)
     else:
-        expected = ONE_TRAIL_MEMBERS
+        candidates = [ONE_TRAIL_MEMBERS_6, ONE_TRAIL_MEMBERS]
+    fmt6 = names == candidates[0]
+    if fmt6 or names == candidates[1]:
+        expected = names
+    else:
+        # Report against format 6's list unless the bundle holds none of its new members.
+        has6 = any(n.rsplit("/", 1)[-1] in FORMAT6_MEMBERS for n in names)
+        expected = candidates[0] if has6 else candidates[1]
     if names != expected:
         missing, extra = sorted(set(expected) - set(names)), sorted(set(names) - set(expected))
         fail(
@@ -1637,7 +1859,7 @@ def verify(path: str, keys: list[VerifierKey], log: str | None) -> None:
         )
         return
 
-    # Manifest: canonical, every SHA-256, bundle format 5 (4 accepted).
+    # Manifest: canonical, every SHA-256, bundle format 6 with format 6's members, else 5 or 4.
     try:
         man = load_canonical(m["manifest.json"], "manifest", "manifest.json")
         if (
@@ -1647,12 +1869,19 @@ def verify(path: str, keys: list[VerifierKey], log: str | None) -> None:
         ):
             fail("manifest", "manifest.json is not {files, format_version}")
         else:
-            if man["format_version"] not in (4, 5):
+            fv = man["format_version"]
+            if fv not in (4, 5, 6) or not is_int(fv):
                 fail(
                     "descriptive files",
-                    f"bundle format {man['format_version']!r} refused "
-                    "(2 and 3 prove no descriptive files; this verifier reads 4 and 5)",
+                    f"bundle format {fv!r} refused "
+                    "(2 and 3 prove no descriptive files; this verifier reads 4, 5 and 6)",
                 )
+            elif fmt6 and fv != 6:
+                fail(
+                    "manifest", f"format 6's members (receipt.cose, destruction.json), format {fv}"
+                )
+            elif not fmt6 and fv == 6:
+                fail("manifest", "bundle format 6 without receipt.cose and destruction.json")
             if set(man["files"]) != set(names) - {"manifest.json"}:
                 fail("manifest", "the manifest does not list exactly every other member")
             for n in names[:-1]:
@@ -1687,11 +1916,13 @@ def verify(path: str, keys: list[VerifierKey], log: str | None) -> None:
 
     # Trails.
     if mj is None:
-        verify_trail(m, "", cp_size, cp_root)
+        verify_trail(m, "", cp_size, cp_root, fmt6, origin, bundled)
     else:
         trails = {}
         for e in mj["trails"]:
-            trails[e["trail_id"]] = verify_trail(m, f"trails/{e['trail_id']}/", cp_size, cp_root)
+            trails[e["trail_id"]] = verify_trail(
+                m, f"trails/{e['trail_id']}/", cp_size, cp_root, fmt6, origin, bundled
+            )
         try:
             verify_matter_listings(mj, trails, cp_size)
         except Exception as e:

@@ -10,7 +10,12 @@ an opening, or calling a job destroyed, without a recorded erasure is refused or
 import datetime
 import io
 import json
+import shutil
+import subprocess
+import sys
 import uuid
+import zipfile
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -36,6 +41,26 @@ from .test_matter_export import chat
 MATTER = "Doe v. Roe"
 SECRET = "PRIVILEGED: the Harrow settlement figure is 3,918,204 dollars."
 OTHER_SECRET = "CONFIDENTIAL: Lindqvist's witness list names Ada Okafor."
+NODE = shutil.which("node")
+REPO = Path(__file__).parents[2]
+
+
+def member(bundle: Path, name: str):
+    """A member of an exported bundle: JSON ones parsed, texts decoded."""
+    with zipfile.ZipFile(bundle) as archive:
+        data = archive.read(name)
+    return json.loads(data) if name.endswith(".json") else data.decode()
+
+
+def page_verdict(bundle: Path, key: str, tmp_path: Path) -> dict:
+    """verify.js's verdict on the bundle (run under Node, as tests/js/verify_bundle.cjs says)."""
+    pins = tmp_path / "pins.json"
+    pins.write_text(json.dumps({"logKeys": [key]}))
+    done = subprocess.run(
+        [NODE, str(REPO / "tests/js/verify_bundle.cjs"), str(bundle), str(pins)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout)
 
 
 def actions() -> list[str]:
@@ -67,6 +92,7 @@ def test_a_matter_under_hold_refuses_destruction_and_retention_and_changes_nothi
         call_command("legal_hold", MATTER, "--on", "--reason", "again")
 
 
+@pytest.mark.skipif(NODE is None, reason="node is not installed: verify.js cannot run")
 def test_released_the_matter_is_destroyed_and_every_proof_still_verifies(
     owner, outsider, reviewer, beat, tmp_path
 ):
@@ -121,6 +147,32 @@ def test_released_the_matter_is_destroyed_and_every_proof_still_verifies(
     call_command("export_matter", "--matter", MATTER, "--out", str(produced))
     assert verify_bundle(produced.read_bytes(), keys=[key]) == []
     assert b"Harrow" not in produced.read_bytes()
+
+    # The bundle made after states the destruction (bundle format 6); the one made before, not.
+    erasure = Erasure.objects.get(trail_id=destroyed[0].trail_id)
+    when = erasure.erased_at.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    order = "Protective order para. 12 (S.D.N.Y.)"
+    assert member(after, "destruction.json") == {
+        "destroyed": True, "destroyed_at": when, "destroyed_by": erasure.erased_by, "order": order,
+    }  # fmt: skip
+    assert member(before, "destruction.json") == {"destroyed": False}
+    said = f'Its texts were destroyed on {when} under the order "{order}" (destruction.json).'
+    assert said in member(after, "README.txt")
+    assert f'destroyed on {when} under the order "{order}", and it discloses none' in member(
+        after, "verification.txt"
+    )
+    assert "2 trail(s) had their texts destroyed under an order" in member(produced, "README.txt")
+    for bundle in (after, produced):  # the page's verifier and the examiner's agree
+        page = page_verdict(bundle, key, tmp_path)
+        assert page["ok"], [(c["name"], c["failures"]) for c in page["checks"] if not c["ok"]]
+        assert any(c["name"].endswith("destruction") and "destroyed on" in c["detail"]
+                   for c in page["checks"])  # fmt: skip
+    independent = subprocess.run(
+        [sys.executable, str(REPO / "tests/independent/verify_from_doc.py"), str(after),
+         "--key", key],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert independent.returncode == 0, independent.stdout
 
     # The custody log names who, when, the order and what went; it still verifies.
     assert actions()[-3:] == ["legal_hold", "release_hold", "destroy"]

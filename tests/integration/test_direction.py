@@ -4,7 +4,13 @@ confidentiality designation; the portal shows them, and a job row whose directio
 no longer verifies (United States v. Heppner turned on such facts)."""
 
 import json
+import zipfile
 
+from django.core.management import call_command
+
+from audit.evidence import bundle_format
+from audit.evidence.offline_verify import verify_bundle
+from audit.keys import signing_key
 from audit.selectors import trail_record_of_kind
 from audit.verification import verify_everything, verify_trails
 from decoding.models import ApiKey, GenerationJob
@@ -51,6 +57,34 @@ def test_the_request_record_states_who_directed_the_job_and_its_designation(owne
         "directed_by": None,
         "designation": None,
     }
+
+
+def test_bundles_state_who_directed_the_job_and_a_forged_statement_fails(owner, beat, tmp_path):
+    """The bundle's README.txt and report.pdf say what the request record states (bundle format
+    6); since they are made from the records, a README that names someone else fails."""
+    ApiKey.objects.filter(pk=owner.key.pk).update(owner="Smith & Partners LLP")
+    job = submit(owner, directed_by="J. Roe, counsel of record", designation=DESIGNATION)
+    beat()
+    out = tmp_path / "b.zip"
+    call_command("export_trail", "--job", str(job.id), "--out", str(out))
+    with zipfile.ZipFile(out) as archive:
+        members = {info.filename: archive.read(info) for info in archive.infolist()}
+    said = (
+        'Who directed it, as its request record states: API key "discovery-app", the key\'s '
+        'owner "Smith & Partners LLP", directed by "J. Roe, counsel of record", confidentiality '
+        f'designation "{DESIGNATION}".'
+    )
+    assert said in members["README.txt"].decode()
+    key = signing_key().verifier
+    assert verify_bundle(out.read_bytes(), keys=[key]) == []
+
+    members["README.txt"] = members["README.txt"].replace(b"J. Roe", b"A. Poe")
+    body = [(n, d) for n, d in members.items() if n != "manifest.json"]
+    forged = bundle_format.deterministic_zip(
+        [*body, ("manifest.json", bundle_format.manifest_member(body))]
+    )
+    failures = verify_bundle(forged, keys=[key])
+    assert any(f.startswith("descriptive files: README.txt") for f in failures), failures
 
 
 def test_a_rewritten_designation_or_owner_no_longer_verifies(owner):

@@ -128,22 +128,45 @@ def test_a_host_without_the_log_key_gives_receipts_out(
     assert (tmp_path / "web.receipt").read_bytes() == (tmp_path / "signer.receipt").read_bytes()
 
 
-def test_the_bundles_leaf_and_key_are_what_the_receipt_is_checked_with(run_job, beat, tmp_path):
+def test_bundles_carry_the_receipt_checked_with_their_leaf_and_key(run_job, beat, tmp_path):
     """What the command tells an examiner: the leaf is ledger-leaf.json's payload, the key the
-    bundle's (and verifier_key's) verifier key."""
-    job = run_job()
+    bundle's (and verifier_key's) verifier key. Bundles carry the receipt themselves (bundle
+    format 6): a one-trail bundle's receipt.cose is export_receipt's bytes, and each trail of a
+    matter bundle has its own, each checked by scitt-cose with its own leaf."""
+    job, second = run_job(), run_job(prompt=(7, 7, 7))
     beat()
     export(job, tmp_path / "r.cbor")
     call_command("export_trail", "--job", str(job.id), "--out", str(tmp_path / "b.zip"))
     with zipfile.ZipFile(tmp_path / "b.zip") as bundle:
         leaf = json.loads(bundle.read("ledger-leaf.json"))["payload"].encode("utf-8")
         verifier = bundle.read("verifier-key.txt").decode().split()[0]
+        carried = bundle.read("receipt.cose")
+    assert carried == (tmp_path / "r.cbor").read_bytes()
     checked = scitt_cose.verify_receipt(
-        (tmp_path / "r.cbor").read_bytes(),
-        leaf_entry_hex=leaf.hex(),
-        log_public_key_pem=pem_of(verifier),
+        carried, leaf_entry_hex=leaf.hex(), log_public_key_pem=pem_of(verifier)
     )
     assert checked.ok, checked.errors
+
+    call_command("export_matter", "--matter", job.matter.name, "--out", str(tmp_path / "m.zip"))
+    with zipfile.ZipFile(tmp_path / "m.zip") as bundle:
+        listed = json.loads(bundle.read("matter.json"))["trails"]
+        carried = {
+            t["trail_id"]: (
+                bundle.read(f"trails/{t['trail_id']}/receipt.cose"),
+                json.loads(bundle.read(f"trails/{t['trail_id']}/ledger-leaf.json"))["payload"],
+            )
+            for t in listed
+        }
+    assert {str(job.trail_id), str(second.trail_id)} <= set(carried)
+    for receipt, payload in carried.values():
+        checked = scitt_cose.verify_receipt(
+            receipt, leaf_entry_hex=payload.encode().hex(), log_public_key_pem=pem_of(verifier)
+        )
+        assert checked.ok, checked.errors
+    (first, _), (_, second_leaf) = list(carried.values())[:2]
+    assert not scitt_cose.verify_receipt(  # one trail's receipt proves no other trail's leaf
+        first, leaf_entry_hex=second_leaf.encode().hex(), log_public_key_pem=pem_of(verifier)
+    ).ok
 
 
 def test_a_trail_of_the_only_leaf_has_a_receipt_with_an_empty_path(run_job, beat, tmp_path):

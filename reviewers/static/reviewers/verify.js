@@ -211,15 +211,20 @@
 
   // --- the format's names ------------------------------------------------------------------------
 
+  // Bundle format 6 adds receipt.cose and destruction.json to each trail; 3 to 5 had neither, 2
+  // no report.pdf either (audit.evidence.bundle_format).
+  const FORMAT6_MEMBERS = ["receipt.cose", "destruction.json"];
   const TRAIL_MEMBERS = ["records.jsonl", "chain.json", "ledger-leaf.json", "inclusion-proof.json",
-    "disclosures.json", "prompt.txt", "answer.txt", "models.json", "params.json"];
+    "disclosures.json", "prompt.txt", "answer.txt", "models.json", "params.json", ...FORMAT6_MEMBERS];
+  const TRAIL_MEMBERS_V5 = TRAIL_MEMBERS.filter((n) => !FORMAT6_MEMBERS.includes(n));
   const TRAIL_BUNDLE = ["records.jsonl", "chain.json", "ledger-leaf.json", "inclusion-proof.json",
     "checkpoint.txt", "checkpoint.tsr", "verifier-key.txt", "disclosures.json", "prompt.txt",
-    "answer.txt", "models.json", "params.json", "report.pdf", "verification.txt", "README.txt",
-    "manifest.json"];
-  const TRAIL_BUNDLE_V2 = TRAIL_BUNDLE.filter((n) => n !== "report.pdf");
-  const matterNames = (ids) => ["matter.json", "checkpoint.txt", "checkpoint.tsr",
-    "verifier-key.txt", ...ids.flatMap((id) => TRAIL_MEMBERS.map((n) => `trails/${id}/${n}`)),
+    "answer.txt", "models.json", "params.json", ...FORMAT6_MEMBERS, "report.pdf", "verification.txt",
+    "README.txt", "manifest.json"];
+  const TRAIL_BUNDLE_V5 = TRAIL_BUNDLE.filter((n) => !FORMAT6_MEMBERS.includes(n));
+  const TRAIL_BUNDLE_V2 = TRAIL_BUNDLE_V5.filter((n) => n !== "report.pdf");
+  const matterNames = (ids, own = TRAIL_MEMBERS) => ["matter.json", "checkpoint.txt", "checkpoint.tsr",
+    "verifier-key.txt", ...ids.flatMap((id) => own.map((n) => `trails/${id}/${n}`)),
     "report.pdf", "verification.txt", "README.txt", "manifest.json"];
   const TEXT_MEMBERS = { "prompt.rendered": "prompt.txt", "answer.text": "answer.txt" };
 
@@ -243,10 +248,22 @@
     const payloads = lines.at(-1) === "" ? lines.slice(0, -1).map((l) => JSON.parse(l)) : [];
     const request = payloads.find((p) => p && typeof p === "object" && p.kind === "request");
     const attempt = request?.attempt;
+    const stated = m.has(prefix + "destruction.json") ? JSON.parse(text(m.get(prefix + "destruction.json"))) : {};
     return { trailId: chain.trail_id, jobId: sealed.job, outcome: sealed.outcome,
       attempt: attempt === undefined || attempt === null ? null : attempt, leafIndex: leaf.index,
-      count: payloads.length, head: chain.head_hash, formatVersion: chain.format_version };
+      count: payloads.length, head: chain.head_hash, formatVersion: chain.format_version,
+      direction: request?.direction, destruction: stated?.destroyed === true ? stated : null,
+      receipt: Boolean(m.get(prefix + "receipt.cose")?.length) };
   }
+  function directionSaid(f) {  // trail_facts.TrailFacts.direction_said
+    const d = f.direction;
+    if (!d || typeof d !== "object" || Array.isArray(d)) return "Who directed it: its request record does not say.";
+    const said = (k) => (typeof d[k] === "string" ? quoted(d[k]) : "not given");
+    return `Who directed it, as its request record states: API key ${said("key")}, the key's owner ${said("key_owner")}, `
+      + `directed by ${said("directed_by")}, confidentiality designation ${said("designation")}.`;
+  }
+  const destroyedSaid = (f) => (f.destruction  // descriptive.destroyed_of
+    ? ` Its texts were destroyed on ${f.destruction.destroyed_at} under the order ${quoted(f.destruction.order)} (destruction.json).` : "");
   function signedOf(m) {
     const note = text(m.get("checkpoint.txt"));
     const { origin, size } = parseNote(note);
@@ -267,9 +284,16 @@
     if (s.others.length) said += `; it also carries signature lines named ${s.others.join(", ")}, which no check here verifies (each is a witness's only where --witness-key pins its key)`;
     return said;
   }
-  const trailClaim = (f) => `- trail ${f.trailId} (job ${f.jobId}, ${f.attempt === null ? "no attempt recorded" : "attempt " + f.attempt}): `
-    + `${f.count} records chained from its genesis to head ${f.head}; ledger entry ${f.leafIndex} seals that count `
-    + `and head with outcome "${f.outcome}" and is in the checkpoint's tree`;
+  function trailClaims(f, format) {  // descriptive._trail_claims
+    const claims = [`- trail ${f.trailId} (job ${f.jobId}, ${f.attempt === null ? "no attempt recorded" : "attempt " + f.attempt}): `
+      + `${f.count} records chained from its genesis to head ${f.head}; ledger entry ${f.leafIndex} seals that count `
+      + `and head with outcome "${f.outcome}" and is in the checkpoint's tree`];
+    if (format < 6) return claims;
+    if (f.receipt) claims.push(`- its receipt.cose is an RFC 9942 COSE receipt of ledger entry ${f.leafIndex} under the checkpoint's root, signed by the key in verifier-key.txt`);
+    if (f.destruction) claims.push(`- its destruction.json states that its texts were destroyed on ${f.destruction.destroyed_at} under the order ${quoted(f.destruction.order)}, and it discloses none of them`);
+    return claims;
+  }
+  const readmeTemplate = (texts, kind, format) => texts[format >= 6 ? `${kind}_6` : format >= 5 ? `${kind}_5` : kind];
   const checkpointClaim = (s, format) => `- the checkpoint states a tree of ${s.size} trails of log ${quoted(s.origin)}, `
     + `signed by ${signersText(s, format) || "nobody"}`;
   function selectionOf(matter) {
@@ -280,16 +304,17 @@
   }
   function trailTexts(m, texts, format) {  // -> {"verification.txt": ..., "README.txt": ...}
     const f = trailFacts(m, ""), s = signedOf(m);
-    const verification = [...CLAIMS_HEAD, trailClaim(f), checkpointClaim(s, format)].join("\n") + "\n";
+    const verification = [...CLAIMS_HEAD, ...trailClaims(f, format), checkpointClaim(s, format)].join("\n") + "\n";
     const disclosures = JSON.parse(text(m.get("disclosures.json")));
     const withheld = Object.keys(disclosures).filter((n) => {
       const e = disclosures[n];
       return e && typeof e === "object" && Object.keys(e).length === 1 && e.withheld === true;
     }).sort();
-    const readme = fill(texts[format >= 5 ? "trail_readme_5" : "trail_readme"], { trail_id: f.trailId, job_id: f.jobId,
+    const readme = fill(readmeTemplate(texts, "trail_readme", format), { trail_id: f.trailId, job_id: f.jobId,
       attempt: f.attempt === null ? "not recorded" : f.attempt, record_count: f.count,
       format_version: f.formatVersion, outcome: f.outcome, origin: s.origin, tree_size: s.size,
-      withheld: withheld.length ? ` Withheld: ${withheld.join(", ")}.` : "", verification,
+      withheld: withheld.length ? ` Withheld: ${withheld.join(", ")}.` : "", destroyed: destroyedSaid(f),
+      direction: directionSaid(f), verification,
       reportlab: texts.reportlab });
     return { "verification.txt": verification, "README.txt": readme };
   }
@@ -305,12 +330,14 @@
     const leftOut = matter.left_out.length;
     const verification = [...CLAIMS_HEAD,
       `- ${trails.length} trail(s) of matter ${quoted(matter.matter)}, each with a request record naming that matter`,
-      ...trails.map(trailClaim), checkpointClaim(s, format),
+      ...trails.flatMap((f) => trailClaims(f, format)), checkpointClaim(s, format),
       `- ${leftOut} trail(s) left out, listed in matter.json with the reason`].join("\n") + "\n";
-    const readme = fill(texts[format >= 5 ? "matter_readme_5" : "matter_readme"], { matter: quoted(matter.matter),
+    const destroyed = trails.filter((f) => f.destruction).length;
+    const readme = fill(readmeTemplate(texts, "matter_readme", format), { matter: quoted(matter.matter),
       selection: selectionOf(matter), trails: trails.length, origin: s.origin, tree_size: s.size,
       left_out: leftOut ? `\n${leftOut} trail(s) of the selection are left out and listed in matter.json `
         + `with the reason (${LEFT_OUT_REASONS[matter.format_version]}).` : "",
+      destroyed: destroyed ? `\n${destroyed} trail(s) had their texts destroyed under an order; each one's destruction.json says when and under which.` : "",
       completeness: texts[`matter_completeness_${matter.format_version}`],
       verification, reportlab: texts.reportlab });
     return { "verification.txt": verification, "README.txt": readme };
@@ -567,6 +594,70 @@
       if (digest !== digests[name]) check.fail(`${name} is not the text whose digest the records hold`);
     }
     if (check.ok) check.detail = `${bound.length} bound texts match their digests or are withheld`;
+  }
+
+  // --- bundle format 6: the COSE receipt (RFC 9942) and the destruction statement -----------------
+
+  function cborHead(major, n) {  // the shortest head (audit.evidence.receipts._head)
+    if (n < 24) return new Uint8Array([(major << 5) | n]);
+    if (n < 256) return new Uint8Array([(major << 5) | 24, n]);
+    if (n < 65536) return new Uint8Array([(major << 5) | 25, n >> 8, n & 255]);
+    const wide = n < 2 ** 32, out = new Uint8Array(wide ? 5 : 9), view = new DataView(out.buffer);
+    out[0] = (major << 5) | (wide ? 26 : 27);
+    if (wide) view.setUint32(1, n); else view.setBigUint64(1, BigInt(n));
+    return out;
+  }
+  function compareBytes(a, b) {
+    for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i];
+    return a.length - b.length;
+  }
+  function cbor(v) {  // deterministic CBOR (RFC 8949 §4.2.1) of what a receipt holds
+    if (v === null) return new Uint8Array([0xf6]);
+    if (typeof v === "number") return v >= 0 ? cborHead(0, v) : cborHead(1, -1 - v);
+    if (typeof v === "string") { const d = utf8(v); return concat(cborHead(3, d.length), d); }
+    if (v instanceof Uint8Array) return concat(cborHead(2, v.length), v);
+    if (Array.isArray(v)) return concat(cborHead(4, v.length), ...v.map(cbor));
+    if (v instanceof Map) {  // keys in the bytewise order of their encodings
+      const pairs = [...v].map(([k, x]) => [cbor(k), cbor(x)]).sort(([a], [b]) => compareBytes(a, b));
+      return concat(cborHead(5, pairs.length), ...pairs.flat());
+    }
+    return concat(cborHead(6, v.tag), cbor(v.value));  // {tag, value}
+  }
+  // receipt.cose must be exactly the receipt of this leaf (its index, the bundle's path) under the
+  // checkpoint (its origin as iss, its size), kid the key in verifier-key.txt, and its signature
+  // must verify over the checkpoint's root: the bytes docs/audit-format.md gives.
+  async function checkReceipt(m, checkpoint, check) {
+    const receipt = m.get("receipt.cose");
+    if (!receipt) { check.fail("receipt.cose is missing"); return; }
+    if (!receipt.length) { check.detail = "none: the checkpoint was signed before receipts (receipt.cose is empty)"; return; }
+    if (!checkpoint) { check.fail("no readable checkpoint to hold the receipt to"); return; }
+    const key = parseKey(text(m.get("verifier-key.txt") ?? new Uint8Array()).trim(), 1);
+    const leaf = JSON.parse(text(m.get("ledger-leaf.json")));
+    const path = JSON.parse(text(m.get("inclusion-proof.json"))).proof.map(unhex);
+    const header = cbor(new Map([[1, -8], [4, unhex(await keyId(key))], [15, new Map([[1, checkpoint.origin]])], [395, 1]]));
+    const signature = receipt.subarray(Math.max(0, receipt.length - 64));
+    const expected = cbor({ tag: 18, value: [header, new Map([[396, new Map([[-1, [cbor([checkpoint.size, leaf.index, path])]]])]]), null, signature] });
+    if (!equal(expected, receipt)) { check.fail("receipt.cose is not the receipt of this leaf under this checkpoint by the key in verifier-key.txt (the bytes docs/audit-format.md gives)"); return; }
+    if (!(await ed25519(key.publicKey, signature, cbor(["Signature1", header, new Uint8Array(0), checkpoint.root])))) {
+      check.fail("receipt signature does not verify over the checkpoint's root with the key in verifier-key.txt");
+    } else check.detail = `an RFC 9942 receipt of leaf ${leaf.index} under the checkpoint's root, signed by the key in verifier-key.txt`;
+  }
+  function checkDestruction(m, check) {  // offline_verify._check_destruction
+    const doc = json(m, "destruction.json", check);
+    if (!doc || typeof doc !== "object" || Array.isArray(doc)) { if (doc !== null) check.fail("destruction.json is not a JSON object"); return; }
+    const keys = Object.keys(doc).sort().join(",");
+    if (keys === "destroyed" && doc.destroyed === false) { check.detail = "its texts were not destroyed"; return; }
+    if (keys !== "destroyed,destroyed_at,destroyed_by,order" || doc.destroyed !== true
+      || !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/.test(String(doc.destroyed_at))
+      || typeof doc.destroyed_at !== "string" || ![doc.destroyed_by, doc.order].every((v) => typeof v === "string" && v)) {
+      check.fail('destruction.json must be {"destroyed": false} or hold exactly destroyed, destroyed_at, destroyed_by, order (destroyed true, a UTC time YYYY-MM-DDTHH:MM:SSZ, non-empty texts)');
+      return;
+    }
+    const disclosures = JSON.parse(text(m.get("disclosures.json") ?? utf8("{}")));
+    const opened = Object.entries(disclosures).filter(([, e]) => !(e && typeof e === "object" && Object.keys(e).length === 1 && e.withheld === true)).map(([n]) => n);
+    const shown = Object.values(TEXT_MEMBERS).filter((n) => m.get(n)?.length);
+    if (opened.length || shown.length) check.fail(`it states the texts were destroyed, yet discloses ${[...opened, ...shown].join(", ")}`);
+    else check.detail = `destroyed on ${doc.destroyed_at} under the order ${quoted(doc.order)}; it discloses none of its texts`;
   }
 
   // --- the checkpoint: C2SP signed note, Ed25519, cosignatures ---------------------------------
@@ -875,6 +966,12 @@
     await guarded(textCheck, () => checkTexts(m, chain, textCheck));
     const describedCheck = add("models and params");
     await guarded(describedCheck, () => checkDescribed(m, chain, describedCheck));
+    if (m.has("receipt.cose") || m.has("destruction.json")) {  // bundle format 6
+      const receiptCheck = add("receipt");
+      await guarded(receiptCheck, () => checkReceipt(m, checkpoint, receiptCheck));
+      const destructionCheck = add("destruction");
+      await guarded(destructionCheck, () => checkDestruction(m, destructionCheck));
+    }
     return { chain, sealed };
   }
 
@@ -944,8 +1041,9 @@
     const matterCheck = isMatter ? add("matter.json") : null;
     const matter = isMatter ? json(m, "matter.json", matterCheck) : null;
     const listed = Array.isArray(matter?.trails) ? matter.trails : [];
-    const expected = isMatter ? [matterNames(listed.map((t) => t.trail_id))]
-      : [TRAIL_BUNDLE, TRAIL_BUNDLE_V2];
+    const ids = listed.map((t) => t.trail_id);
+    const expected = isMatter ? [matterNames(ids), matterNames(ids, TRAIL_MEMBERS_V5)]
+      : [TRAIL_BUNDLE, TRAIL_BUNDLE_V5, TRAIL_BUNDLE_V2];
     const membersCheck = add("members");
     if (!expected.some((e) => e.join("\n") === names.join("\n"))) membersCheck.fail("not exactly the format's members, in order");
 
@@ -955,7 +1053,8 @@
       const s = text(m.get("manifest.json"));
       if (!isCanonical(s)) manifestCheck.fail("manifest is not canonical JSON");
       const manifest = JSON.parse(s), files = manifest.files;
-      const allowed = names.includes("report.pdf") ? [3, 4, 5] : [2];
+      const allowed = names.some((n) => n === "receipt.cose" || n.endsWith("/receipt.cose")) ? [6]
+        : names.includes("report.pdf") ? [3, 4, 5] : [2];
       if (!allowed.includes(manifest.format_version)) manifestCheck.fail(`bundle format_version ${manifest.format_version}; these members are format ${allowed.join(" or ")}'s`);
       else format = manifest.format_version;
       const others = names.filter((n) => n !== "manifest.json");
@@ -985,6 +1084,7 @@
       const requests = [];
       for (const entry of listed) {
         const own = new Map(TRAIL_MEMBERS.map((n) => [n, m.get(`trails/${entry.trail_id}/${n}`)]).filter(([, v]) => v));
+        own.set("verifier-key.txt", m.get("verifier-key.txt") ?? new Uint8Array());
         const label = `trail ${entry.trail_id}: `;
         const { chain, sealed } = await checkTrail(own, note, label, checks);
         const listing = add(label + "listing");

@@ -289,6 +289,8 @@ def test_a_good_bundle_verifies(key, tmp_path, capsys):
         "inclusion proof",
         "question and answer",
         "models and params",
+        "receipt",
+        "destruction",
         "checkpoint signature",
         "pinned key",
         "descriptive files",
@@ -674,7 +676,7 @@ def test_the_cli_runs_as_a_module(key, tmp_path):
         check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.count("\nOK ") == 13
+    assert run.stdout.count("\nOK ") == 14  # and receipt.cose, empty here, a SKIP
     path.write_bytes(build(key)[:-1])
     run = subprocess.run(
         [sys.executable, "-m", "audit.offline_verify", str(path)],
@@ -780,7 +782,7 @@ def test_the_descriptive_members_say_what_the_evidence_says(key):
 @pytest.mark.parametrize("version", [2, 3])
 def test_an_older_bundle_format_fails_unless_its_descriptive_members_are_disregarded(key, version):
     data = build(key)
-    edits = {"README.txt": b"Anything at all.\n"}
+    edits = {"README.txt": b"Anything at all.\n", "receipt.cose": None, "destruction.json": None}
     if version == 2:
         edits["report.pdf"] = None
     older = _repacked(data, edits, version)

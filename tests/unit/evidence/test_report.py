@@ -21,12 +21,10 @@ NOTE = f"example.org/log\n1\n{ROOT}\n\n\u2014 example.org/log AAAA\n"
 def test_an_empty_trail_reports_no_decisions_and_renders_the_same_bytes_twice():
     facts = TrailFacts.of(LISTED, [], bundle.Texts({}), "e" * 64)
     assert (facts.steps, facts.record_count, facts.question, facts.answer) == (0, 0, None, None)
-    first = trail_report(
-        facts=facts, verification="INTACT", checkpoint_note=NOTE, signed_by="o", origin="o"
+    fields = dict(
+        verification="INTACT", checkpoint_note=NOTE, signed_by="o", origin="o", bundle_format=6
     )
-    again = trail_report(
-        facts=facts, verification="INTACT", checkpoint_note=NOTE, signed_by="o", origin="o"
-    )
+    first, again = trail_report(facts=facts, **fields), trail_report(facts=facts, **fields)
     assert first == again and first.startswith(b"%PDF-")
     text = subprocess.run(
         ["pdftotext", "-", "-"], input=first, capture_output=True, check=True
