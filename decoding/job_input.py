@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from decoding import tokenizers
-from decoding.model_specs import params_refusal, unavailable
+from decoding.model_specs import params_refusal, servable_specs, unavailable
 from decoding.models import ModelSpec
 from decoding.prompts import Prompt, PromptError, prompt_tokenize
 
@@ -61,7 +61,8 @@ def job_input(
     name = model or settings.PATHFINDER_DEFAULT_MODEL
     spec = ModelSpec.objects.filter(name=name).first()
     if spec is None:
-        raise InvalidInput("model", f"No model named {name!r}.")
+        valid = ", ".join(servable.name for servable in servable_specs()) or "none"
+        raise InvalidInput("model", f"No model named {name!r}. Models served here: {valid}.")
     cannot = unavailable(spec)
     if cannot is not None:
         raise InvalidInput("model", f"Model {name!r} cannot be served here: {cannot}.")

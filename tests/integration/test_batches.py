@@ -104,7 +104,7 @@ def test_a_chat_batch_answers_in_chat_shape(owner):
 # status and message the endpoint itself answers.
 BAD_BODIES = [
     {**BODY, "prompt": [1, 2], "temperature": 3},
-    {**BODY, "prompt": [1, 2], "logit_bias": {}},
+    {**BODY, "prompt": [1, 2], "logit_bias": {"7": 100}},
     {**BODY, "prompt": [1, 2], "n": 2},
     {**BODY, "prompt": [1, 2], "model": "gpt-4"},
     {**BODY, "prompt": [1, 99999]},

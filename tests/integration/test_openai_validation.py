@@ -5,13 +5,23 @@ import pytest
 from rest_framework.test import APIClient
 
 from decoding.models import GenerationJob
+from decoding.web.openai_api.serializers import ChatCompletionInput, CompletionInput
 
 
 @pytest.mark.parametrize(
     ("path", "body", "param", "says"),
     [
         ("/v1/completions", {"prompt": "hi", "n": 2}, "n", "n=1"),
-        ("/v1/completions", {"prompt": "hi", "logit_bias": {}}, "logit_bias", "Unsupported"),
+        ("/v1/completions", {"prompt": "hi", "logit_bias": {"50": 5}}, "logit_bias", "empty map"),
+        ("/v1/completions", {"prompt": "hi", "presence_penalty": 0.5}, "presence_penalty", "0"),
+        ("/v1/completions", {"prompt": "hi", "frequency_penalty": -1}, "frequency_penalty", "0"),
+        ("/v1/completions", {"prompt": "hi", "best_of": 2}, "best_of", "Unsupported"),
+        (
+            "/v1/completions",
+            {"prompt": "hi", "model": "gpt-4o-mini"},
+            "model",
+            "smollm2-135m-instruct, stub.",
+        ),
         ("/v1/completions", {}, "prompt", "required"),
         ("/v1/completions", {"prompt": ["a", "b"]}, "prompt", "one prompt"),
         ("/v1/completions", {"prompt": [1, 99999]}, "prompt", "vocabulary"),
@@ -39,6 +49,33 @@ def test_unsupported_or_invalid_input_is_a_400_naming_the_parameter(owner, path,
     assert (error["type"], error["param"]) == ("invalid_request_error", param)
     assert says in error["message"]
     assert not GenerationJob.objects.exists()
+
+
+NEUTRAL = {
+    "presence_penalty": 0,
+    "frequency_penalty": 0.0,
+    "logit_bias": {},
+    "n": 1,
+    "user": "someone@example.com",
+    "stream_options": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("shape", "body"),
+    [
+        (CompletionInput, {"prompt": [1, 2, 3], "max_tokens": 4}),
+        (ChatCompletionInput, {"messages": [{"role": "user", "content": "x"}], "seed": 7}),
+    ],
+)
+def test_values_that_change_nothing_are_accepted_and_change_nothing(shape, body):
+    """What the openai client and its wrappers send by default is accepted, and the request is
+    the one made without them (parallel_tool_calls too: without tools it has nothing to do)."""
+    extra = {"parallel_tool_calls": False} if shape is ChatCompletionInput else {}
+    plain, wrapped = shape(data=body), shape(data={**body, **NEUTRAL, **extra})
+    assert plain.is_valid(), plain.errors
+    assert wrapped.is_valid(), wrapped.errors
+    assert wrapped.native() == {**plain.native(), "directed_by": NEUTRAL["user"]}
 
 
 def test_no_key_is_a_401_in_openai_shape(db):

@@ -206,6 +206,52 @@ def test_a_chat_completion_equals_the_native_api_output(client, postgres_stack, 
     assert audit["head_hash"] == own_job["trail"]["head_hash"]
 
 
+def test_the_neutral_values_wrappers_always_send_are_accepted_and_change_nothing(
+    client, fixed_spec
+):
+    """What client wrappers send on every call (zero penalties, an empty bias, one choice, a
+    user, stream options, parallel tool calls without tools) is accepted and changes nothing;
+    a value that would change the output is refused naming its parameter."""
+    params = {"max_tokens": 16, "temperature": 0.0}
+    plain = client.chat.completions.create(model=fixed_spec, messages=MESSAGES, **params)
+    wrapped = client.chat.completions.create(
+        model=fixed_spec,
+        messages=MESSAGES,
+        presence_penalty=0,
+        frequency_penalty=0,
+        logit_bias={},
+        n=1,
+        user="counsel@example.com",
+        parallel_tool_calls=False,
+        **params,
+    )
+    assert wrapped.choices[0].message.content == plain.choices[0].message.content != ""
+    streamed = client.chat.completions.create(
+        model=fixed_spec,
+        messages=MESSAGES,
+        stream=True,
+        stream_options={"include_usage": True},
+        presence_penalty=0.0,
+        **params,
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    assert text == plain.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model=fixed_spec, messages=MESSAGES, presence_penalty=0.6, **params
+        )
+    assert refused.value.body["param"] == "presence_penalty"
+
+
+def test_a_wrong_model_is_refused_with_the_models_served_here(client):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES, max_tokens=4)
+    assert refused.value.body["param"] == "model"
+    served = [model.id for model in client.models.list()]
+    assert MODEL in served
+    assert f"Models served here: {', '.join(served)}." in refused.value.body["message"]
+
+
 def test_sampling_with_a_seed_repeats_on_a_fixed_draft_schedule(client, postgres_stack, fixed_spec):
     # The adaptive schedule's drafts follow each worker's history and measured verify cost, and
     # a seed fixes the draws of a given step structure; a fixed schedule makes it repeatable.

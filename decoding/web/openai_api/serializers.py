@@ -42,13 +42,40 @@ class _OpenAIInput(RefusesUnknownFields, serializers.Serializer):
     # vLLM's extension: decode max_tokens tokens even past the end-of-sequence token.
     ignore_eos = serializers.BooleanField(required=False, default=False)
     n = StrictIntegerField(required=False, allow_null=True)
+    # OpenAI's fields that Pathfinder does not implement, which client wrappers send anyway:
+    # their neutral value changes nothing and is accepted; any other would change the output
+    # and is refused by name (NEUTRAL_ONLY).
+    presence_penalty = StrictFloatField(required=False, allow_null=True)
+    frequency_penalty = StrictFloatField(required=False, allow_null=True)
+    logit_bias = serializers.JSONField(required=False, allow_null=True)
 
     unknown_field_message = "Unsupported parameter: Pathfinder does not implement it."
+    # field -> (its neutral value, why no other is accepted)
+    NEUTRAL_ONLY = {
+        "n": (1, "Only n=1 is supported: one choice per request."),
+        "presence_penalty": (
+            0,
+            "Only 0 is supported: a penalty changes the target's distribution, which every "
+            "audited decision must reproduce, and Pathfinder does not implement one.",
+        ),
+        "frequency_penalty": (
+            0,
+            "Only 0 is supported: a penalty changes the target's distribution, which every "
+            "audited decision must reproduce, and Pathfinder does not implement one.",
+        ),
+        "logit_bias": (
+            {},
+            "Only an empty map is supported: a bias changes the target's distribution, which "
+            "every audited decision must reproduce, and Pathfinder does not implement one.",
+        ),
+    }
 
-    def validate_n(self, value):
-        if value not in (None, 1):
-            raise serializers.ValidationError("Only n=1 is supported: one choice per request.")
-        return value
+    def validate(self, data):
+        data = super().validate(data)
+        for field, (neutral, why) in self.NEUTRAL_ONLY.items():
+            if data.get(field) not in (None, neutral):
+                raise serializers.ValidationError({field: [why]})
+        return data
 
     def wants_logprobs(self) -> bool:
         """Whether the response carries each token's log-probability."""
@@ -59,7 +86,7 @@ class _OpenAIInput(RefusesUnknownFields, serializers.Serializer):
         data = {k: v for k, v in self.validated_data.items() if v is not None}
         if data.get("user"):
             data["directed_by"] = data["user"]
-        for openai_only in ("stream", "stream_options", "user", "n", "logprobs"):
+        for openai_only in ("stream", "stream_options", "user", "logprobs", *self.NEUTRAL_ONLY):
             data.pop(openai_only, None)
         if data.pop("ignore_eos"):
             data["eos_token_id"] = None
@@ -141,6 +168,8 @@ class ChatMessageInput(RefusesUnknownFields, serializers.Serializer):
 
 class ChatCompletionInput(_OpenAIInput):
     messages = ChatMessageInput(many=True, allow_empty=False)
+    # Without tools (which are refused) there is nothing to call in parallel: any value is neutral.
+    parallel_tool_calls = serializers.BooleanField(required=False, allow_null=True)
     max_completion_tokens = StrictIntegerField(min_value=1, required=False, allow_null=True)
     logprobs = serializers.BooleanField(required=False, allow_null=True)
     top_logprobs = StrictIntegerField(
@@ -148,6 +177,7 @@ class ChatCompletionInput(_OpenAIInput):
     )
 
     def validate(self, data):
+        data = super().validate(data)
         if data.get("top_logprobs") is not None and not data.get("logprobs"):
             raise serializers.ValidationError({"top_logprobs": ["Requires logprobs: true."]})
         return data
@@ -157,6 +187,7 @@ class ChatCompletionInput(_OpenAIInput):
 
     def native(self) -> dict:
         data = super().native()
+        data.pop("parallel_tool_calls", None)
         limit = data.pop("max_completion_tokens", None)
         if limit is not None and "max_tokens" not in data:
             data["max_tokens"] = limit
