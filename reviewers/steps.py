@@ -6,6 +6,8 @@ u_i < p_i / q_i, shown as "u = 0.31 < p/q = 0.84 → accepted" (or "≥ … → 
 greedy-argmax: a drafted token is accepted iff it is the target's argmax. The record names the
 argmax where it matters: at the first rejected position it is the correction token (kind
 "argmax"); before it, an accepted token is the argmax. Shown as "argmax p = 12 → rejected".
+coupled-sampling (audit format 5): a drafted token is accepted iff it is the target's own draw at
+its output position, shown as "target's draw 12 → rejected" like greedy's argmax.
 Tokens after the first rejection were never tested ("not reached").
 
 Numbers are shown with the fewest significant digits (at least two) that still show u, p/q and 1
@@ -21,6 +23,7 @@ from decimal import Decimal
 from audit.evidence.binding import BONUS, CORRECTION, DRAFT, TARGET, emitted_from
 
 GREEDY = "greedy-argmax"
+COUPLED = "coupled-sampling"
 
 CORRECTION_HOW = {
     "residual": "drawn from the residual distribution norm(max(0, p − q)) at the first "
@@ -29,11 +32,15 @@ CORRECTION_HOW = {
     "distribution p",
     "argmax": "the target's argmax at the first rejected position",
     "argmax-bonus": "every drafted token was accepted: the bonus token is the target's argmax",
+    "coupled": "the target's own draw at the first rejected position (its u, the position's draw)",
+    "coupled-bonus": "every drafted token was accepted: the bonus token is the target's own draw "
+    "at the next position",
 }
 # A step that drafted nothing: its one token is the target's own, as plain decoding's.
 PLAIN_HOW = {
     "bonus": "nothing was drafted: the token is drawn from the target's distribution p",
     "argmax-bonus": "nothing was drafted: the token is the target's argmax",
+    "coupled-bonus": "nothing was drafted: the token is the target's own draw at this position",
 }
 
 
@@ -76,9 +83,9 @@ def decision_check(*, u: str | None, p: str, q: str) -> tuple[str, bool | None]:
     return f"u = {shown_u} {relation} p/q = {shown_ratio} → {verdict}", accepted
 
 
-def greedy_check(*, argmax: int, token: int) -> tuple[str, bool]:
+def greedy_check(*, argmax: int, token: int, what: str = "argmax p") -> tuple[str, bool]:
     accepted = argmax == token
-    return f"argmax p = {argmax} → {'accepted' if accepted else 'rejected'}", accepted
+    return f"{what} = {argmax} → {'accepted' if accepted else 'rejected'}", accepted
 
 
 def token_label(token: int, text: str | None) -> str:
@@ -154,6 +161,9 @@ def step_present(payload: dict) -> Step:
     """One record's payload as the walk page shows it."""
     rule = payload.get("rule", "")
     greedy = rule == GREEDY
+    # Greedy and coupled keep a drafted token iff it is the target's own pick there (its argmax,
+    # its draw); at the first rejection the correction names that pick.
+    picked = {GREEDY: "argmax p", COUPLED: "target's draw"}.get(rule)
     drafted_raw = payload.get("drafted") or []
     correction = payload.get("correction")
     first_rejected = next(
@@ -164,11 +174,11 @@ def step_present(payload: dict) -> Step:
         reached = i <= first_rejected
         if not reached:
             check, computed = "not reached: an earlier token was rejected", None
-        elif greedy:
+        elif picked is not None:
             argmax = item["token"]
             if i == first_rejected and correction is not None:
                 argmax = correction.get("token")
-            check, computed = greedy_check(argmax=argmax, token=item["token"])
+            check, computed = greedy_check(argmax=argmax, token=item["token"], what=picked)
         else:
             check, computed = decision_check(u=item.get("u"), p=item["p"], q=item["q"])
         drafted.append(

@@ -32,9 +32,10 @@ from audit.evidence.matter_leaves import UTC_TIME
 
 # The format of trails opened now. v1 (decisions only) and v2 (tokens in clear) still verify;
 # v3 records each decision's tokens as salted commitments, v4 all of a decision's workings and
-# no longer states the prompt's length (audit.evidence.sealing, docs/adr/0026).
-FORMAT_VERSION = 4
-FORMAT_VERSIONS = (1, 2, 3, 4)
+# no longer states the prompt's length (audit.evidence.sealing, docs/adr/0026); v5 is v4 whose
+# sampled decisions take one draw per output position (coupled sampling, docs/adr/0032).
+FORMAT_VERSION = 5
+FORMAT_VERSIONS = (1, 2, 3, 4, 5)
 REQUEST, DECISION, ANSWER = "request", "decision", "answer"
 KINDS = (REQUEST, DECISION, ANSWER)
 TEXT_TAG = b"PF-TEXT-v2"
@@ -509,7 +510,8 @@ def emitted_from(payload: dict) -> list[EmittedToken]:
             source, p, q = DRAFT, drafted[i].get("p"), drafted[i].get("q")
         else:
             kind = correction.get("kind")
-            source = CORRECTION if kind in ("residual", "argmax") else BONUS if drafted else TARGET
+            replaced = kind in ("residual", "argmax", "coupled")
+            source = CORRECTION if replaced else BONUS if drafted else TARGET
             p, q = correction.get("p"), None
         text = texts[i] if i < len(texts) else None
         top = tops[i] if i < len(tops) else None

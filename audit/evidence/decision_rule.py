@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 
 from audit.evidence.sealing import workings_sealed
 
-GREEDY, SAMPLING = "greedy-argmax", "speculative-sampling"
+GREEDY, SAMPLING, COUPLED = "greedy-argmax", "speculative-sampling", "coupled-sampling"
+# The first trail format whose sampled decisions use coupled draws, one per output position.
+COUPLED_SINCE = 5
 DECISION_SCOPE = "decision"  # the scope of a failure of this rule (audit.evidence.chain.Failure)
 DECISION_PARAMS = {
     "max_tokens",
@@ -41,6 +43,12 @@ CONTEXT = "context"
 def uniform(seed: int, step: int, position: int, stream: str) -> float:
     """The doc's draw: (first 8 bytes of SHA-256(M), big-endian, >> 11) / 2^53."""
     message = f"PF-RNG-v1\x00{seed}\x00{step}\x00{position}\x00{stream}".encode()
+    return (int.from_bytes(hashlib.sha256(message).digest()[:8], "big") >> 11) / 2**53
+
+
+def output_uniform(seed: int, index: int) -> float:
+    """The doc's draw for output position `index` (coupled sampling, format 5)."""
+    message = f"PF-RNG-v2\x00{seed}\x00{index}\x00sample".encode()
     return (int.from_bytes(hashlib.sha256(message).digest()[:8], "big") >> 11) / 2**53
 
 
@@ -220,14 +228,20 @@ class DecisionRule:
                 if d.get(role) != models.get(role):
                     fail.append(f"the {role} model differs from the request's")
         temperature = _number(params["temperature"], "params.temperature")
-        rule = GREEDY if temperature == 0 else SAMPLING
+        coupled = isinstance(d.get("v"), int) and d["v"] >= COUPLED_SINCE
+        rule = GREEDY if temperature == 0 else COUPLED if coupled else SAMPLING
         if d["rule"] != rule:
-            fail.append(f"rule {d['rule']!r}: temperature {params['temperature']} means {rule!r}")
+            fail.append(
+                f"rule {d['rule']!r}: temperature {params['temperature']} in format {d.get('v')} "
+                f"means {rule!r}"
+            )
         return params, rule
 
     def _check_workings(self, d: dict, params: dict, rule: str, fail: list[str]) -> None:
         """Everything the decision's own numbers force (its workings, in format 4)."""
         seed, step = params["seed"], d["step"]
+        # Coupled draws are keyed by output position: the tokens emitted before this decision.
+        at = (step, len(self.emitted)) if rule == COUPLED else (step, None)
         max_tokens, eos = params["max_tokens"], params["eos_token_id"]
         drafted, n = d["drafted"], d["accepted_count"]
         k = len(drafted)
@@ -241,24 +255,23 @@ class DecisionRule:
         rejected = n < k
         tokens = [_token(t["token"], f"drafted[{i}].token") for i, t in enumerate(drafted)]
         for i, t in enumerate(drafted):
-            self._check_drafted(d, i, t, n, rule, seed, step, fail)
-        self._check_correction(d, tokens, n, rule, seed, step, fail)
+            self._check_drafted(d, i, t, n, rule, seed, at, fail)
+        self._check_correction(d, tokens, n, rule, seed, at, fail)
         correction = _token(d["correction"]["token"], "correction.token")
         emitted = self._check_emitted(d, [*tokens[:n], correction], eos, fail)
         self._check_stop(d["stop"], emitted, eos, max_tokens, fail)
         self._check_source(d, tokens, fail)
         self._check_logprobs(d, emitted, fail)
         self._check_shown(d, emitted, fail)
-        if rejected and rule == GREEDY:
+        if rejected and rule in (GREEDY, COUPLED):
+            what = "argmax" if rule == GREEDY else "target's own draw"
             if None in (correction, tokens[n]):
                 self.unchecked.add(
-                    "that a rejected argmax draft differs from the argmax that replaced it "
-                    "(a token of it is withheld)"
+                    f"that a rejected {'argmax ' if rule == GREEDY else ''}draft differs from "
+                    f"the {what} that replaced it (a token of it is withheld)"
                 )
             elif correction == tokens[n]:
-                fail.append(
-                    f"drafted[{n}] was rejected, yet the argmax that replaced it is the same"
-                )
+                fail.append(f"drafted[{n}] was rejected, yet the {what} replacing it is the same")
         self.emitted.extend(emitted)
         self.ended = d["stop"]
 
@@ -295,7 +308,7 @@ class DecisionRule:
             )
         return shown
 
-    def _check_drafted(self, d, i, t, n, rule, seed, step, fail) -> None:
+    def _check_drafted(self, d, i, t, n, rule, seed, at, fail) -> None:
         name = f"drafted[{i}]"
         tested = i <= n  # positions after the first rejection are not tested
         if t["accepted"] is not (i < n):
@@ -317,6 +330,13 @@ class DecisionRule:
             if t["u"] is not None:
                 fail.append(f"{name}.u: a position after the first rejection is not tested")
             return
+        step, position = at
+        if rule == COUPLED:  # kept iff it is the target's own draw there: that needs the model
+            u = output_uniform(seed, position + i)
+            if t["u"] != number_text(u):
+                fail.append(f"{name}.u {t['u']!r} is not the RNG's draw {number_text(u)} for "
+                            f"output position {position + i}")  # fmt: skip
+            return
         u = uniform(seed, step, i, "accept")
         if t["u"] != number_text(u):
             fail.append(f"{name}.u {t['u']!r} is not the RNG's accept draw {number_text(u)}")
@@ -325,13 +345,20 @@ class DecisionRule:
             fail.append(f"{name}: u {number_text(u)} against min(1, {t['ratio']}) {verdict} it")
 
     @staticmethod
-    def _check_correction(d, tokens, n, rule, seed, step, fail) -> None:
+    def _check_correction(d, tokens, n, rule, seed, at, fail) -> None:
         c, k = d["correction"], len(tokens)
         _number(c["p"], "correction.p", high=1.0)
+        step, position = at
         if rule == GREEDY:
             kind = "argmax" if n < k else "argmax-bonus"
             if c["u"] is not None:
                 fail.append("correction.u: an argmax is not drawn")
+        elif rule == COUPLED:
+            kind = "coupled" if n < k else "coupled-bonus"
+            u = number_text(output_uniform(seed, position + n))
+            if c["u"] != u:
+                fail.append(f"correction.u {c['u']!r} is not the RNG's draw {u} for output "
+                            f"position {position + n}")  # fmt: skip
         else:
             kind = "residual" if n < k else "bonus"
             u = number_text(uniform(seed, step, n, kind))

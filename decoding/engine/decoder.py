@@ -17,7 +17,7 @@ from .drafters.base import Drafter, Reference
 from .params import GenerationParams, GenerationRequest
 from .providers.base import Provider, Scores
 from .records import StepRecord
-from .rules import Verdict, verify_greedy, verify_sampling
+from .rules import Verdict, verify_coupled, verify_greedy, verify_sampling
 from .sampling import top_tokens
 from .schedule import DraftSchedule, FixedSchedule
 from .tokenizer import Tokenizer
@@ -184,7 +184,11 @@ class SpeculativeDecoder:
             # Leave room for the token the target always adds (correction or bonus).
             k = min(wanted, params.max_tokens - len(output) - 1)
             started = time.perf_counter_ns()
-            draft = self._drafter.propose(context, k, params, seed=params.seed, step=step)
+            coupled = request.coupled and not params.is_greedy
+            position = len(output) if coupled else None
+            draft = self._drafter.propose(
+                context, k, params, seed=params.seed, step=step, position=position
+            )
             if len(draft.tokens) > k:
                 raise ValueError(f"drafter proposed {len(draft.tokens)} tokens, at most {k} asked")
             draft = draft.prefix(schedule.keep(draft))
@@ -195,6 +199,8 @@ class SpeculativeDecoder:
             scored_at = time.perf_counter_ns()
             if params.is_greedy:
                 verdict = verify_greedy(draft, scores)
+            elif coupled:
+                verdict = verify_coupled(draft, scores, seed=params.seed, position=position)
             else:
                 verdict = verify_sampling(draft, scores, seed=params.seed, step=step)
             verified_at = time.perf_counter_ns()

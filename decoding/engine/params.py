@@ -64,6 +64,10 @@ class GenerationRequest:
     # How many of the target's most probable tokens each record keeps per emitted position
     # (the OpenAI API's top_logprobs); 0 keeps none, so nobody pays for them unasked.
     top_logprobs: int = 0
+    # Sampled with coupled draws, one per output position (audit format 5, ADR 0032): the same
+    # seed gives the same tokens whatever the schedule or the batch. False: the step-keyed draws
+    # of trails of earlier formats, which their replays need.
+    coupled: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:

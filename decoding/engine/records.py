@@ -23,6 +23,8 @@ _HOW_DRAWN = {
     "argmax-bonus": "was taken as the target's argmax",
     "residual": "was drawn from the residual distribution",
     "bonus": "was drawn from the target distribution",
+    "coupled": "is the target's own draw at that position",
+    "coupled-bonus": "is the target's own draw at that position",
 }
 
 
@@ -150,6 +152,8 @@ class StepRecord:
         elif verdict.rejected:
             if verdict.u is None:
                 why = "not the target's argmax"
+            elif verdict.correction_kind == "coupled":
+                why = f"not the target's own draw there, u={verdict.u[n]:.2f}"
             else:
                 why = f"u={verdict.u[n]:.2f} >= p/q={verdict.ratio[n]:.2f}"
             clauses = [

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .drafters.base import Draft
-from .rng import uniform
+from .rng import output_uniform, uniform
 from .sampling import Distributions, sample
 
 GREEDY = "greedy-argmax"
 SAMPLING = "speculative-sampling"
+COUPLED = "coupled-sampling"
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,7 +35,8 @@ class Verdict:
     u: np.ndarray | None  # accept draws; None for greedy
     accepted_count: int
     correction_token: int
-    correction_kind: str  # "argmax" | "argmax-bonus" | "residual" | "bonus"
+    correction_kind: str  # "argmax" | "argmax-bonus" | "residual" | "bonus" | "coupled"
+    # | "coupled-bonus"
     correction_u: float | None
     correction_p: float  # p of the correction token at its position
 
@@ -126,5 +128,46 @@ def verify_sampling(
         correction_token=token,
         correction_kind=kind,
         correction_u=correction_u,
+        correction_p=p.prob(n, token),
+    )
+
+
+def verify_coupled(
+    draft: Draft, p: Distributions | np.ndarray, *, seed: int, position: int
+) -> Verdict:
+    """Coupled sampling (audit format 5, ADR 0032): the token at output position t is the
+    target's inverse-CDF draw from p_t at u_t = output_uniform(seed, t), whoever proposed it.
+
+    Drafted x_i (at position + i) is kept while it is the target's own draw there; at the first
+    that is not, the target's draw is emitted (kind "coupled"); after k kept, the target's draw
+    at position + k ("coupled-bonus"). A draft model drew x_i from q_i with the same u
+    (DraftModelDrafter), so the two agree as often as their CDFs let them; a copied draft is
+    kept with probability p_i(x_i), as under speculative sampling. Every emitted token is the
+    target's draw at its position from its actual prefix, so the output is sequential sampling
+    with those draws: distributed exactly as the target's, and the same for the same seed
+    whatever the draft, the schedule or the batch.
+    """
+    p = _distributions(p)
+    k = len(draft.tokens)
+    q_x = draft.q_of_tokens()
+    if np.any(q_x <= 0):
+        raise ValueError("a drafter proposed a token to which its own q gives no probability")
+    draws = [output_uniform(seed, position + i) for i in range(k + 1)]
+    n, token = 0, sample(p.row(0), draws[0])
+    while n < k and int(draft.tokens[n]) == token:
+        n += 1
+        token = sample(p.row(n), draws[n])
+    p_x = p.probs_at(draft.tokens)
+    return Verdict(
+        rule=COUPLED,
+        tokens=draft.tokens,
+        q=q_x,
+        p=p_x,
+        ratio=p_x / q_x,
+        u=np.array(draws[:k]),
+        accepted_count=n,
+        correction_token=token,
+        correction_kind="coupled" if n < k else "coupled-bonus",
+        correction_u=draws[n],
         correction_p=p.prob(n, token),
     )

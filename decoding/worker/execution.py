@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from audit.evidence import binding
+from audit.evidence import binding, decision_rule
 from audit.models import Trail
 from audit.store import trail_append, trail_open, trail_seal
 from decoding import admission, events, lifecycle, metrics
@@ -125,7 +125,7 @@ def _run(job_id: uuid.UUID) -> None:
                 tokenizer=models.tokenizer,
             )
             result = decoder.generate(
-                request_for(job),
+                request_for(job, format_version=trail.format_version),
                 schedule=schedule,
                 stop=stop,
                 cancelled=_step_boundary(watch),
@@ -234,13 +234,15 @@ def _step_boundary(watch: Watch) -> Callable[[], bool]:
     return cancelled
 
 
-def request_for(job: GenerationJob) -> GenerationRequest:
-    """The engine request a job stands for (also what a replay re-runs)."""
+def request_for(job: GenerationJob, *, format_version: int) -> GenerationRequest:
+    """The engine request a job stands for under a trail of that audit format (also what a
+    replay re-runs): format 5 samples with coupled draws (decision_rule.COUPLED_SINCE)."""
     return GenerationRequest(
         request_id=str(job.id),
         prompt_token_ids=tuple(job.prompt_token_ids),
         params=job_generation_params(job),
         top_logprobs=job.top_logprobs,
+        coupled=format_version >= decision_rule.COUPLED_SINCE,
     )
 
 

@@ -1,8 +1,10 @@
 """Replay: re-run a recorded job and compare every decision field with its trail.
 
-Randomness is keyed by (seed, step, position) and the draft length of each step is taken from
-the record, so with the same model identities every field but the timings must come out the same
-(invariant 4). The replay writes no trail of its own: it releases no output.
+Randomness is keyed by (seed, step, position) in trails of formats 2 to 4 and by (seed, output
+position) in format 5 (coupled sampling: the replay runs the trail's own rule), and the draft
+length of each step is taken from the record, so with the same model identities every field but
+the timings must come out the same (invariant 4). The replay writes no trail of its own: it
+releases no output.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from audit.evidence.chain import canonical_json
+from audit.models import Trail
 from audit.selectors import trail_clear_decisions
 from decoding.engine import (
     AuditSink,
@@ -69,7 +72,7 @@ class RecordedDrafts(Drafter):
         self.identity, self.vocab_size = drafter.identity, drafter.vocab_size
         self._recorded, self._sources = recorded, sources
 
-    def propose(self, context, k, params, *, seed: int, step: int) -> Draft:
+    def propose(self, context, k, params, *, seed: int, step: int, position=None) -> Draft:
         record = self._recorded[step] if step < len(self._recorded) else {}
         tokens = np.array([d["token"] for d in record.get("drafted", [])][:k], dtype=np.int64)
         given = record.get("draft_source")
@@ -146,7 +149,9 @@ def replay_decisions(
     steps."""
     if not replayable(job):
         raise ValueError("only a finished job with a trail can be replayed")
-    recorded = trail_clear_decisions(trail_id=trail_id or job.trail_id)
+    trail_id = trail_id or job.trail_id
+    recorded = trail_clear_decisions(trail_id=trail_id)
+    format_version = Trail.objects.values_list("format_version", flat=True).get(pk=trail_id)
     models, _ = runtime.models_for(job.model_spec)
     sink = _Collect()
     # Behind the job's wall, as the job ran: its matter's cache only (decoding.worker.runtime).
@@ -159,7 +164,10 @@ def replay_decisions(
     overran = False
     try:
         decoder.generate(
-            request_for(job), schedule=schedule, stop=stop, cancelled=cancelled or _never
+            request_for(job, format_version=format_version),
+            schedule=schedule,
+            stop=stop,
+            cancelled=cancelled or _never,
         )
     except ReplayOverrun:
         # The replay wanted a step the recording does not have. A failed job's trail ends

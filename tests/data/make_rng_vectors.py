@@ -70,12 +70,11 @@ def draws(payloads: list[dict]) -> list[dict]:
     return found
 
 
-def build() -> str:
-    payloads = decisions()
-    return (
-        json.dumps({"decisions": payloads, "draws": draws(payloads)}, indent=1, sort_keys=True)
-        + "\n"
-    )
+def build(payloads: list[dict] | None = None, found: list[dict] | None = None) -> str:
+    """The file's text: these vectors' decisions and draws, or another rule's (v2's)."""
+    payloads = decisions() if payloads is None else payloads
+    found = draws(payloads) if found is None else found
+    return json.dumps({"decisions": payloads, "draws": found}, indent=1, sort_keys=True) + "\n"
 
 
 if __name__ == "__main__":

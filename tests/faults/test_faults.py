@@ -93,22 +93,27 @@ def assert_nothing_lost(stack: FaultStack, job_ids: list[str], timeout: float = 
         if job["status"] == "failed":
             assert job["error"], f"job {job_id} failed without a reason"
             assert job["output"] == [], f"failed job {job_id} released tokens"
-        recorded = [
-            token
-            for payload, openings in rows(
-                stack,
-                "SELECT payload, openings FROM audit_decisionrecord"
-                " WHERE trail_id = %s AND kind = 'decision' ORDER BY seq",
-                job["trail"],
-            )
-            for token in open_decision(json.loads(payload), json.loads(openings))["emitted"]
-        ]
+        recorded = recorded_tokens(stack, job["trail"])
         if job["status"] == "succeeded":
             assert job["output"] == recorded, f"job {job_id}: output differs from its records"
     verified = stack.manage("verify_chain", "--all", "--json", timeout=120)
     report = json.loads(verified.stdout) if verified.stdout.strip() else {}
     assert verified.returncode == 0 and report.get("ok"), describe(verified)
     return jobs
+
+
+def recorded_tokens(stack: FaultStack, trail_id: str) -> list[int]:
+    """The tokens a trail's committed decisions emitted, in order."""
+    return [
+        token
+        for payload, openings in rows(
+            stack,
+            "SELECT payload, openings FROM audit_decisionrecord"
+            " WHERE trail_id = %s AND kind = 'decision' ORDER BY seq",
+            trail_id,
+        )
+        for token in open_decision(json.loads(payload), json.loads(openings))["emitted"]
+    ]
 
 
 def kill_worker(stack: FaultStack, worker: str) -> None:
@@ -135,6 +140,17 @@ def test_a_worker_killed_mid_decode_loses_nothing(fault_stack):
     assert len(attempts) >= 2
     assert attempts[0][1] == "abandoned" and attempts[-1][1] == "succeeded"
     assert attempts[1][2] == attempts[0][3]  # the new trail links the abandoned one
+
+    # The jobs are seeded: the attempt that ran after the kill, on the other worker, emitted the
+    # same tokens the killed one had committed, and the same request submitted again gets the
+    # whole answer again (coupled sampling, ADR 0032).
+    before_kill = recorded_tokens(stack, attempts[0][3])
+    assert before_kill and jobs[job_id]["output"][: len(before_kill)] == before_kill
+    seed = job_ids.index(job_id)
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 200, "seed": seed,
+            "temperature": 0.8, "eos_token_id": None}  # fmt: skip
+    again = submit(stack, body).json()["id"]
+    assert assert_nothing_lost(stack, [again])[again]["output"] == jobs[job_id]["output"]
 
 
 def test_a_stream_whose_worker_dies_never_mixes_two_attempts(fault_stack):

@@ -753,8 +753,8 @@ def _verify_chain(t: Trail, m, prefix, pre) -> None:
     if not is_uuid(tid):
         fail(check, "trail_id is not a canonical lowercase UUID")
         raise Stop
-    if not is_int(fmt) or not 1 <= fmt <= 4:
-        fail(check, f"format_version {fmt!r} is not 1 to 4")
+    if not is_int(fmt) or not 1 <= fmt <= 5:
+        fail(check, f"format_version {fmt!r} is not 1 to 5")
         raise Stop
     t.trail_id, t.fmt = tid, fmt
     raw = m[prefix + "records.jsonl"]
@@ -839,7 +839,7 @@ def _record_structure(t: Trail, pre) -> None:
     if not isinstance(prompt, dict) or not isinstance(prompt.get("digests"), dict):
         fail(check, "the request's prompt has no digests")
         raise Stop
-    if fmt == 4:
+    if fmt >= 4:  # format 5 records as format 4 does; only its decision rule differs
         require("token_count" not in prompt, check, "a format-4 request states prompt.token_count")
     else:
         require(is_int(prompt.get("token_count")), check, "the request has no prompt.token_count")
@@ -1090,7 +1090,7 @@ def _verify_texts(t: Trail, m, prefix, pre, cp_size, cp_root) -> None:
         )
     if t.fmt == 3:
         _format3_slots(t, disc, slots, disclosed, check)
-    elif t.fmt == 4:
+    elif t.fmt >= 4:
         _format4_workings(t, disc, slots, disclosed, check)
 
 

@@ -4,7 +4,13 @@ merits."""
 
 from __future__ import annotations
 
-from audit.evidence.decision_rule import DECISION_PARAMS, number_text, uniform
+from audit.evidence.decision_rule import (
+    COUPLED_SINCE,
+    DECISION_PARAMS,
+    number_text,
+    output_uniform,
+    uniform,
+)
 
 
 def plain_step(request: dict, step: int, token: int, *, prompt_tokens: int) -> dict:
@@ -13,13 +19,22 @@ def plain_step(request: dict, step: int, token: int, *, prompt_tokens: int) -> d
     `prompt_tokens` tokens (format 4's request record does not state it)."""
     params = {name: request["params"][name] for name in DECISION_PARAMS}
     greedy = float(params["temperature"]) == 0
-    u = None if greedy else number_text(uniform(params["seed"], step, 0, "bonus"))
+    # Format 5 samples with coupled draws: one per output position, here the step's.
+    coupled = request.get("v", 0) >= COUPLED_SINCE
+    if greedy:
+        rule, kind, u = "greedy-argmax", "argmax-bonus", None
+    elif coupled:
+        rule, kind = "coupled-sampling", "coupled-bonus"
+        u = number_text(output_uniform(params["seed"], step))
+    else:
+        rule, kind = "speculative-sampling", "bonus"
+        u = number_text(uniform(params["seed"], step, 0, "bonus"))
     return {
         "v": 3,
         "kind": "decision",
         "request_id": request["job"],
         "step": step,
-        "rule": "greedy-argmax" if greedy else "speculative-sampling",
+        "rule": rule,
         "draft": request["models"]["draft"],
         "target": request["models"]["target"],
         "params": params,
@@ -30,7 +45,7 @@ def plain_step(request: dict, step: int, token: int, *, prompt_tokens: int) -> d
         "accepted_count": 0,
         "correction": {
             "token": token,
-            "kind": "argmax-bonus" if greedy else "bonus",
+            "kind": kind,
             "u": u,
             "p": "0.5",
         },  # fmt: skip

@@ -23,6 +23,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from audit.evidence import binding
 from audit.evidence.offline_verify import verify_bundle
 from audit.keys import signing_key
 from audit.selectors import trail_clear_decisions
@@ -339,7 +340,14 @@ def check_span(text: str) -> str:
     return f'<span class="decision-check">{escape(text)}</span>'
 
 
-def test_the_walk_shows_each_decision_rechecked_from_the_record(run_job, reviewer):
+@pytest.mark.parametrize("audit_format", [4, 5], ids=["speculative", "coupled"])
+def test_the_walk_shows_each_decision_rechecked_from_the_record(
+    run_job, reviewer, monkeypatch, audit_format
+):
+    """A format-4 trail's sampled decisions are re-checked as u < p/q; a format-5 trail's
+    (coupled sampling) as "is it the target's own draw", as greedy's as "is it the argmax"."""
+    monkeypatch.setattr(binding, "FORMAT_VERSION", audit_format)
+    coupled = audit_format >= 5
     job = run_job(max_tokens=40, temperature=1.0, top_k=8)
     steps = records(job)
     with_rejection = next(
@@ -352,23 +360,30 @@ def test_the_walk_shows_each_decision_rechecked_from_the_record(run_job, reviewe
     assert f'<section id="step" data-step="{n}">' in page
     accepted = with_rejection["drafted"][0]
     rejected = with_rejection["drafted"][with_rejection["accepted_count"]]
+    correction = with_rejection["correction"]
     assert accepted["accepted"] and not rejected["accepted"]
-    assert check_span(expected_check(accepted)) in page
-    assert check_span(expected_check(rejected)) in page
-    assert "→ rejected" in expected_check(rejected) and "&lt;" in escape(expected_check(accepted))
+    if coupled:
+        assert check_span(f"target's draw = {accepted['token']} → accepted") in page
+        assert check_span(f"target's draw = {correction['token']} → rejected") in page
+        assert correction["kind"] == "coupled" and correction["u"] in page
+        assert "the target&#x27;s own draw at the first rejected position" in page
+    else:
+        assert check_span(expected_check(accepted)) in page
+        assert check_span(expected_check(rejected)) in page
+        assert "→ rejected" in expected_check(rejected)
+        assert "&lt;" in escape(expected_check(accepted))
+        assert correction["kind"] == "residual" and correction["u"] in page
+        assert "norm(max(0, p − q))" in page
     count = with_rejection["accepted_count"]
     tokens = page.split('<span class="drafted-token')[1:]
     assert all('data-accepted="true"' in t for t in tokens[:count])
     assert 'data-accepted="false"' in tokens[count] and "not-reached" not in tokens[count]
     assert all("not-reached" in t for t in tokens[count + 1 : len(with_rejection["drafted"])])
     assert "not reached" in page
-    correction = with_rejection["correction"]
-    assert correction["kind"] == "residual" and correction["u"] in page
-    assert "norm(max(0, p − q))" in page
     # q(x) and p(x) as bars, with the recorded strings beside them.
     assert f'title="q(x) = {rejected["q"]}"' in page and f'title="p(x) = {rejected["p"]}"' in page
     target = with_rejection["target"]
-    assert "speculative-sampling" in page
+    assert ("coupled-sampling" if coupled else "speculative-sampling") in page
     assert target["name"] in page and target["sha256"][:12] in page and target["revision"] in page
     assert f"{target['runtime']} {target['runtime_version']}" in page
     assert 'id="prev"' in page and 'id="next"' in page and 'id="jump" name="step"' in page

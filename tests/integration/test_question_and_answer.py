@@ -66,7 +66,7 @@ def test_a_trail_opens_with_the_request_and_ends_with_the_answer(run_job):
     trail = Trail.objects.get(pk=job.trail_id)
     kinds = list(DecisionRecord.objects.filter(trail=trail).order_by("seq").values_list("kind"))
     assert [k for (k,) in kinds] == ["request"] + ["decision"] * job.steps + ["answer"]
-    assert trail.format_version == 4 and len(trail.salt) == 64
+    assert trail.format_version == 5 and len(trail.salt) == 64
     request = trail_record_of_kind(trail_id=trail.id, kind="request")
     assert (request["job"], request["attempt"], request["request_id"]) == (
         str(job.id),
@@ -89,7 +89,7 @@ def test_a_trail_opens_with_the_request_and_ends_with_the_answer(run_job):
     assert answer["output_token_count"] == len(job.output_token_ids)
     assert answer["stop_reason"] == job.stop_reason and answer["steps"] == job.steps
     ledger = json.loads(LedgerEntry.objects.get(trail_id=trail.id).payload)
-    assert ledger["v"] == 4 and ledger["records"] == job.steps + 2
+    assert ledger["v"] == 5 and ledger["records"] == job.steps + 2
     assert verify_everything().ok
 
 

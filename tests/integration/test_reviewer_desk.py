@@ -177,7 +177,7 @@ def test_every_output_token_says_how_it_was_produced(run_job, reviewer):
         for i, _ in enumerate(record["emitted"]):
             if i < n:
                 expected.append(("draft", record["drafted"][i]["p"], record["drafted"][i]["q"]))
-            elif record["correction"]["kind"] == "residual":
+            elif record["correction"]["kind"] in ("residual", "coupled"):
                 expected.append(("correction", record["correction"]["p"], None))
             elif record["drafted"]:
                 expected.append(("bonus", record["correction"]["p"], None))

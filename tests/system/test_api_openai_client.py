@@ -252,9 +252,37 @@ def test_a_wrong_model_is_refused_with_the_models_served_here(client):
     assert f"Models served here: {', '.join(served)}." in refused.value.body["message"]
 
 
+def test_a_seeded_sampled_request_gives_the_same_text_alone_and_among_concurrent_jobs(client):
+    """On the default spec, whose adaptive schedule picks draft lengths from each worker's
+    measured cost and load: the same seed gives the same text alone and among 7 concurrent jobs
+    (two workers, so on either), streamed or not; another seed another text (coupled sampling,
+    ADR 0032)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    params = {"max_tokens": 24, "temperature": 0.8, "top_p": 0.95, "seed": 42}
+
+    def ask(seed: int = 42) -> str:
+        chat = client.chat.completions.create(
+            model=MODEL, messages=LONG_MESSAGES, **{**params, "seed": seed}
+        )
+        return chat.choices[0].message.content
+
+    alone = ask()
+    with ThreadPoolExecutor(7) as pool:
+        together = list(pool.map(lambda _: ask(), range(7)))
+    streamed = "".join(
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model=MODEL, messages=LONG_MESSAGES, stream=True, **params
+        )
+        if c.choices
+    )
+    assert alone != "" and together == [alone] * 7 and streamed == alone
+    assert len({ask(seed) for seed in (1, 2, 3)} | {alone}) == 4
+
+
 def test_sampling_with_a_seed_repeats_on_a_fixed_draft_schedule(client, postgres_stack, fixed_spec):
-    # The adaptive schedule's drafts follow each worker's history and measured verify cost, and
-    # a seed fixes the draws of a given step structure; a fixed schedule makes it repeatable.
+    # The completion, the native job and the stream of one seeded request are one text.
     params = {"max_tokens": 24, "temperature": 0.8, "top_p": 0.95, "seed": 11}
     first = client.completions.create(model=fixed_spec, prompt=PROMPT, **params)
     job = native(postgres_stack, model=fixed_spec, prompt=PROMPT, **params)

@@ -121,9 +121,19 @@ class Drafter(ABC):
 
     @abstractmethod
     def propose(
-        self, context: Sequence[int], k: int, params: GenerationParams, *, seed: int, step: int
+        self,
+        context: Sequence[int],
+        k: int,
+        params: GenerationParams,
+        *,
+        seed: int,
+        step: int,
+        position: int | None = None,
     ) -> Draft:
         """Propose at most k tokens to follow context (fewer when there is nothing to propose).
 
-        Randomness must come from rng.uniform(seed, step, position, "draft") so drafts replay.
+        Randomness must come from rng so drafts replay: with coupled draws (`position`, the
+        output position of the first proposed token) the i-th token is drawn with
+        rng.output_uniform(seed, position + i), the draw the target's token there is taken
+        with; without, rng.uniform(seed, step, i, "draft").
         """

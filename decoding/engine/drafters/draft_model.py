@@ -8,7 +8,7 @@ import numpy as np
 
 from ..params import GenerationParams
 from ..providers.base import Provider
-from ..rng import uniform
+from ..rng import output_uniform, uniform
 from ..sampling import sample
 from .base import Draft, Drafter, Reference
 
@@ -31,7 +31,14 @@ class DraftModelDrafter(Drafter):
         self._provider.prefill(context)  # a model drafts from its own weights, not references
 
     def propose(
-        self, context: Sequence[int], k: int, params: GenerationParams, *, seed: int, step: int
+        self,
+        context: Sequence[int],
+        k: int,
+        params: GenerationParams,
+        *,
+        seed: int,
+        step: int,
+        position: int | None = None,
     ) -> Draft:
         extended = list(context)
         q = np.empty((k, self.vocab_size))
@@ -39,6 +46,8 @@ class DraftModelDrafter(Drafter):
             q[i] = self._provider.next_distributions(extended, 1, params)[0]
             if params.is_greedy:
                 token = int(np.argmax(q[i]))
+            elif position is not None:  # coupled: the target's token here takes the same draw
+                token = sample(q[i], output_uniform(seed, position + i))
             else:
                 token = sample(q[i], uniform(seed, step, i, "draft"))
             extended.append(token)

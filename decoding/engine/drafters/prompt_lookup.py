@@ -104,7 +104,14 @@ class PromptLookupDrafter(Drafter):
         return best
 
     def propose(
-        self, context: Sequence[int], k: int, params: GenerationParams, *, seed: int, step: int
+        self,
+        context: Sequence[int],
+        k: int,
+        params: GenerationParams,
+        *,
+        seed: int,
+        step: int,
+        position: int | None = None,
     ) -> Draft:
         history = self._as_array(context)
         found = self._best_match(history) if k > 0 and len(history) else None

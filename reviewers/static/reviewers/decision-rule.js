@@ -14,13 +14,20 @@
 (function () {
   "use strict";
 
-  const GREEDY = "greedy-argmax", SAMPLING = "speculative-sampling";
+  const GREEDY = "greedy-argmax", SAMPLING = "speculative-sampling", COUPLED = "coupled-sampling";
+  const COUPLED_SINCE = 5;  // the first trail format whose sampled decisions use coupled draws
   const PARAMS = ["draft_length", "eos_token_id", "max_tokens", "seed", "temperature", "top_k", "top_p"];
   const PROMPT_LOOKUP = "pathfinder";
   const enc = new TextEncoder();
 
   async function uniform(seed, step, position, stream) {  // (first 8 bytes >> 11) / 2^53
     const message = enc.encode(`PF-RNG-v1\0${seed}\0${step}\0${position}\0${stream}`);
+    const digest = new DataView(await crypto.subtle.digest("SHA-256", message));
+    return Number(digest.getBigUint64(0, false) >> 11n) / 2 ** 53;
+  }
+
+  async function outputUniform(seed, index) {  // coupled sampling's draw for output position index
+    const message = enc.encode(`PF-RNG-v2\0${seed}\0${index}\0sample`);
     const digest = new DataView(await crypto.subtle.digest("SHA-256", message));
     return Number(digest.getBigUint64(0, false) >> 11n) / 2 ** 53;
   }
@@ -105,8 +112,9 @@
     }
     const { seed, max_tokens: maxTokens, eos_token_id: eos } = params;
     const step = d.step;
-    const rule = number(params.temperature, "params.temperature") === 0 ? GREEDY : SAMPLING;
-    if (d.rule !== rule) fail(`rule '${d.rule}': temperature ${params.temperature} means '${rule}'`);
+    const coupled = isInt(d.v) && d.v >= COUPLED_SINCE;
+    const rule = number(params.temperature, "params.temperature") === 0 ? GREEDY : coupled ? COUPLED : SAMPLING;
+    if (d.rule !== rule) fail(`rule '${d.rule}': temperature ${params.temperature} in format ${d.v} means '${rule}'`);
     if (d.v >= 4 && "workings" in d) {  // sealed: only its clear keys are known
       state.unchecked.add("decisions whose workings are sealed: their drafts, numbers and tokens derive from a withheld text (docs/adr/0026)");
       state.afterSealed = true;
@@ -123,17 +131,20 @@
     if (k > Math.max(budget, 0) || k > params.draft_length) fail(`${k} drafted tokens: at most min(draft_length, ${budget}) may be`);
     if (!isInt(n) || n < 0 || n > k) throw new Bad(`accepted_count ${n} is not between 0 and ${k}`);
     const tokens = drafted.map((t, i) => token(t.token, `drafted[${i}].token`));
-    for (let i = 0; i < k; i++) await checkDrafted(d, i, drafted[i], n, rule, seed, step, fail);
-    await checkCorrection(d, tokens, n, rule, seed, step, fail);
+    // Coupled draws are keyed by output position: the tokens emitted before this decision.
+    const at = { step, position: state.emitted.length };
+    for (let i = 0; i < k; i++) await checkDrafted(d, i, drafted[i], n, rule, seed, at, fail);
+    await checkCorrection(d, tokens, n, rule, seed, at, fail);
     const correction = token(d.correction.token, "correction.token");
     const emitted = checkEmitted(d, [...tokens.slice(0, n), correction], eos, state, fail);
     checkStop(d.stop, emitted, eos, maxTokens, request, state, fail);
     checkSource(d, tokens, state, fail);
     checkLogprobs(d, emitted, fail);
     checkShown(d, emitted, fail);
-    if (n < k && rule === GREEDY) {
-      if (correction === null || tokens[n] === null) state.unchecked.add("that a rejected argmax draft differs from the argmax that replaced it (a token of it is withheld)");
-      else if (correction === tokens[n]) fail(`drafted[${n}] was rejected, yet the argmax that replaced it is the same`);
+    if (n < k && (rule === GREEDY || rule === COUPLED)) {
+      const what = rule === GREEDY ? "argmax" : "target's own draw";
+      if (correction === null || tokens[n] === null) state.unchecked.add(`that a rejected ${rule === GREEDY ? "argmax " : ""}draft differs from the ${what} that replaced it (a token of it is withheld)`);
+      else if (correction === tokens[n]) fail(`drafted[${n}] was rejected, yet the ${what} replacing it is the same`);
     }
     state.emitted.push(...emitted);
     state.ended = d.stop;
@@ -181,7 +192,7 @@
     return shown;
   }
 
-  async function checkDrafted(d, i, t, n, rule, seed, step, fail) {
+  async function checkDrafted(d, i, t, n, rule, seed, { step, position }, fail) {
     const name = `drafted[${i}]`;
     if (t.accepted !== (i < n)) fail(`${name}.accepted ${t.accepted}: accepted_count ${n} makes it ${i < n}`);
     const p = number(t.p, `${name}.p`, 1), q = number(t.q, `${name}.q`, 1);
@@ -197,19 +208,28 @@
       if (t.u !== null) fail(`${name}.u: a position after the first rejection is not tested`);
       return;
     }
+    if (rule === COUPLED) {  // kept iff it is the target's own draw there: that needs the model
+      const drawn = numberText(await outputUniform(seed, position + i));
+      if (t.u !== drawn) fail(`${name}.u ${JSON.stringify(t.u)} is not the RNG's draw ${drawn} for output position ${position + i}`);
+      return;
+    }
     const u = await uniform(seed, step, i, "accept");
     if (t.u !== numberText(u)) fail(`${name}.u ${JSON.stringify(t.u)} is not the RNG's accept draw ${numberText(u)}`);
     const accepts = u < Math.min(1, ratio);
     if (accepts !== (i < n)) fail(`${name}: u ${numberText(u)} against min(1, ${t.ratio}) ${accepts ? "accepts" : "rejects"} it`);
   }
 
-  async function checkCorrection(d, tokens, n, rule, seed, step, fail) {
+  async function checkCorrection(d, tokens, n, rule, seed, { step, position }, fail) {
     const c = d.correction, k = tokens.length;
     number(c.p, "correction.p", 1);
     let kind;
     if (rule === GREEDY) {
       kind = n < k ? "argmax" : "argmax-bonus";
       if (c.u !== null) fail("correction.u: an argmax is not drawn");
+    } else if (rule === COUPLED) {
+      kind = n < k ? "coupled" : "coupled-bonus";
+      const u = numberText(await outputUniform(seed, position + n));
+      if (c.u !== u) fail(`correction.u ${JSON.stringify(c.u)} is not the RNG's draw ${u} for output position ${position + n}`);
     } else {
       kind = n < k ? "residual" : "bonus";
       const u = numberText(await uniform(seed, step, n, kind));

@@ -1,4 +1,5 @@
-"""Invariant 3: speculative decoding changes the speed, never the output distribution."""
+"""Invariant 3: speculative decoding changes the speed, never the output distribution (under
+speculative sampling and coupled sampling alike)."""
 
 import numpy as np
 import pytest
@@ -81,6 +82,7 @@ DRAFTERS = {
 }
 
 
+@pytest.mark.parametrize("coupled", [False, True], ids=["speculative", "coupled"])
 @pytest.mark.parametrize("drafter", DRAFTERS)
 @pytest.mark.parametrize(
     ("params", "draft_length", "max_tokens"),
@@ -93,7 +95,7 @@ DRAFTERS = {
     ids=["t1", "t0.7-k3", "t1.3-p0.8", "t1-bonus"],
 )
 def test_sampled_output_is_distributed_exactly_as_target_only_sampling(
-    sink, drafter, params, draft_length, max_tokens
+    sink, drafter, params, draft_length, max_tokens, coupled
 ):
     make_drafter, prompt = DRAFTERS[drafter]
     target = StubProvider(vocab_size=VOCAB, seed=0, sharpness=1.0)
@@ -104,7 +106,8 @@ def test_sampled_output_is_distributed_exactly_as_target_only_sampling(
         run = GenerationParams(
             max_tokens=max_tokens, draft_length=draft_length, seed=seed, **params
         )
-        first, second = decoder.generate(GenerationRequest("r", prompt, run)).output_token_ids[:2]
+        request = GenerationRequest("r", prompt, run, coupled=coupled)
+        first, second = decoder.generate(request).output_token_ids[:2]
         counts[first, second] += 1
     assert any(record.accepted_count < record.drafted_count for record in sink.records)
     assert any(0 < record.accepted_count == record.drafted_count for record in sink.records)

@@ -133,7 +133,7 @@ def test_verify_chain_s_walk_opens_every_format_4_decision_and_re_checks_it():
     assert any("context_length" in f.reason for f in contents.failures)
 
 
-def request_record(format_version: int = binding.FORMAT_VERSION) -> dict:
+def request_record(format_version: int = 4) -> dict:
     """The request record of a three-token prompt, with the decision vectors' models and
     params."""
     question = binding.Question("prompt_token_ids", [1, 2, 3], "", (1, 2, 3), {})
