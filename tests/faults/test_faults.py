@@ -57,13 +57,15 @@ def wait_until(predicate, timeout: float = 60, every: float = 0.05):
     raise AssertionError(f"not within {timeout}s: {predicate.__doc__ or predicate}")
 
 
-def a_running_job_with_records(stack: FaultStack) -> tuple[str, str] | None:
-    """(job id, host:pid of its worker process) of a job that has committed records."""
+def a_running_job_with_records(stack: FaultStack, decisions: int = 0) -> tuple[str, str] | None:
+    """(job id, host:pid of its worker process) of a job that has committed records (its
+    request and at least `decisions` decisions)."""
     found = rows(
         stack,
         """SELECT j.id::text, j.worker FROM decoding_generationjob j
            JOIN audit_trail t ON t.id = j.trail_id
-           WHERE j.status = 'running' AND t.record_count > 0 LIMIT 1""",
+           WHERE j.status = 'running' AND t.record_count > %s LIMIT 1""",
+        decisions,
     )
     return found[0] if found else None
 
@@ -126,8 +128,8 @@ def kill_worker(stack: FaultStack, worker: str) -> None:
 def test_a_worker_killed_mid_decode_loses_nothing(fault_stack):
     stack = fault_stack
     job_ids = submit_jobs(stack, 4)
-    job_id, worker = wait_until(lambda: a_running_job_with_records(stack))
-    kill_worker(stack, worker)  # mid-decode
+    job_id, worker = wait_until(lambda: a_running_job_with_records(stack, decisions=2))
+    kill_worker(stack, worker)  # mid-decode, some of its tokens committed
 
     jobs = assert_nothing_lost(stack, job_ids)
     assert jobs[job_id]["status"] == "succeeded"

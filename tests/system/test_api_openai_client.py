@@ -252,27 +252,32 @@ def test_a_wrong_model_is_refused_with_the_models_served_here(client):
     assert f"Models served here: {', '.join(served)}." in refused.value.body["message"]
 
 
-def test_a_seeded_sampled_request_gives_the_same_text_alone_and_among_concurrent_jobs(client):
+def test_a_seeded_sampled_request_gives_the_same_text_alone_and_among_concurrent_jobs(
+    client, postgres_stack
+):
     """On the default spec, whose adaptive schedule picks draft lengths from each worker's
     measured cost and load: the same seed gives the same text alone and among 7 concurrent jobs
-    (two workers, so on either), streamed or not; another seed another text (coupled sampling,
-    ADR 0032)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    params = {"max_tokens": 24, "temperature": 0.8, "top_p": 0.95, "seed": 42}
+    (queued at once through the native API, on two workers), streamed or not; another seed
+    another text (coupled sampling, ADR 0032)."""
+    params = {"max_tokens": 16, "temperature": 0.8, "top_p": 0.95, "seed": 42}
+    patient = client.with_options(timeout=600)
 
     def ask(seed: int = 42) -> str:
-        chat = client.chat.completions.create(
+        chat = patient.chat.completions.create(
             model=MODEL, messages=LONG_MESSAGES, **{**params, "seed": seed}
         )
         return chat.choices[0].message.content
 
     alone = ask()
-    with ThreadPoolExecutor(7) as pool:
-        together = list(pool.map(lambda _: ask(), range(7)))
+    queued = []
+    for _ in range(7):
+        response = submit(postgres_stack, {"model": MODEL, "messages": LONG_MESSAGES, **params})
+        assert response.status_code == 202, response.text
+        queued.append(response.json()["id"])
+    together = [wait_for(postgres_stack, job_id, timeout=240)["output_text"] for job_id in queued]
     streamed = "".join(
         c.choices[0].delta.content or ""
-        for c in client.chat.completions.create(
+        for c in patient.chat.completions.create(
             model=MODEL, messages=LONG_MESSAGES, stream=True, **params
         )
         if c.choices
