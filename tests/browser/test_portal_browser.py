@@ -26,7 +26,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 SUBMIT = "button[type=submit], input[type=submit]"
 FILTERS = ("q", "matter", "status", "model", "verified", "since", "until")
 # "u = 0.31 < p/q = 0.84 → accepted" (or "≥ ... → rejected")
-DECISION_CHECK = re.compile(r"u = \d+(\.\d+)?\s*\S+\s*p/q = \d+(\.\d+)?\s*→\s*(accepted|rejected)")
+# Speculative sampling's accept test (audit formats 2 to 4) or coupled sampling's "is it the
+# target's own draw" (format 5, the walked job's).
+DECISION_CHECK = re.compile(
+    r"(u = \d+(\.\d+)?\s*\S+\s*p/q = \d+(\.\d+)?|target's draw = \d+)\s*→\s*(accepted|rejected)"
+)
 
 
 def log_in(page: Page, reviewer: Reviewer) -> None:
