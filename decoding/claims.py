@@ -14,7 +14,8 @@ from django.db.models.functions import Cast
 from audit.dbtext import canonical, uuid_text
 from audit.evidence import binding, matter_leaves
 from audit.models import Trail
-from decoding.engine import GenerationParams, params_payload
+from decoding.engine import GenerationParams, ResponseFormat, params_payload
+from decoding.engine.grammar import LIBRARY as GRAMMAR_LIBRARY
 from decoding.job_input import JOB_PARAM_FIELDS
 from decoding.models import GenerationJob
 
@@ -105,7 +106,23 @@ def job_request_payload(job: GenerationJob, trail, models) -> dict:
         question=job_question(job),
         submitted_at=matter_leaves.utc_time(job.created_at),
         direction=job_direction(job),
+        grammar=job_grammar(job, trail.salt),
         format_version=trail.format_version,
+    )
+
+
+def job_grammar(job: GenerationJob, trail_salt: str) -> dict | None:
+    """What the request record says of a structured-output job's grammar (None without one)."""
+    response_format = ResponseFormat.from_stored(job.response_format)
+    if response_format is None:
+        return None
+    return binding.grammar(
+        trail_salt=trail_salt,
+        kind=response_format.type,
+        strict=response_format.strict,
+        library=GRAMMAR_LIBRARY,
+        schema=response_format.schema_text(),
+        compiled=response_format.grammar(),
     )
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from decoding import tokenizers
+from decoding.engine import ResponseFormat, ResponseFormatError
+from decoding.kinds.registry import PROVIDER_KINDS
 from decoding.model_specs import params_refusal, servable_specs, unavailable
 from decoding.models import ModelSpec
 from decoding.prompts import Prompt, PromptError, prompt_tokenize
@@ -43,6 +45,9 @@ class JobInput:
     messages: list[dict] | None
     params: dict  # every field of JOB_PARAM_FIELDS: what was given, else the defaults
     top_logprobs: int  # alternatives each record keeps per token (GenerationRequest's)
+    # Structured outputs: the response_format as a job stores it (ResponseFormat.stored), or
+    # "" (unconstrained; {"type": "text"} included).
+    response_format: str = ""
 
 
 def job_input(
@@ -52,6 +57,7 @@ def job_input(
     messages: list[dict] | None = None,
     prompt_token_ids: list[int] | None = None,
     top_logprobs: int = 0,
+    response_format: dict | None = None,
     **given,
 ) -> JobInput:
     """The request checked and completed, or InvalidInput naming the first field at fault."""
@@ -86,9 +92,39 @@ def job_input(
             f"Model {spec.name} records at most {spec.top_logprobs} top log-probabilities per "
             "token (its spec's top_logprobs).",
         )
+    constrained = _response_format(spec, params, response_format)
     return JobInput(
-        spec=spec, prompt=tokenized, messages=messages, params=params, top_logprobs=top_logprobs
+        spec=spec,
+        prompt=tokenized,
+        messages=messages,
+        params=params,
+        top_logprobs=top_logprobs,
+        response_format=constrained.stored() if constrained is not None else "",
     )
+
+
+def _response_format(spec: ModelSpec, params: dict, given: object) -> ResponseFormat | None:
+    """The request's grammar, compiled once here so that a schema the library cannot take is
+    refused before anything is stored (engine.grammar)."""
+    try:
+        constrained = ResponseFormat.parse(given)
+    except ResponseFormatError as exc:
+        raise InvalidInput(exc.field, str(exc)) from exc
+    if constrained is None:
+        return None
+    if not PROVIDER_KINDS[spec.provider].masks_exactly:
+        raise InvalidInput(
+            "response_format",
+            "Not exact on a remote model: the grammar's most probable token may lie outside "
+            "the top log-probabilities its server reports.",
+        )
+    if params["eos_token_id"] is None or params["eos_token_id"] != _default_eos(spec):
+        raise InvalidInput(
+            "eos_token_id",
+            "A response_format ends the output with the model's own end-of-text token: leave "
+            "eos_token_id unset and ignore_eos off.",
+        )
+    return constrained
 
 
 def sampling_defaults(spec: ModelSpec) -> dict:

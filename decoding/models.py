@@ -206,6 +206,10 @@ class GenerationJob(models.Model):
     eos_token_id = models.PositiveIntegerField(null=True, blank=True)
     # The target's most probable tokens each record keeps per emitted token (top_logprobs).
     top_logprobs = models.PositiveSmallIntegerField(default=0)
+    # Structured outputs: OpenAI's response_format (json_object or json_schema) the output is
+    # constrained to, as JSON text (ResponseFormat.stored: the schema keeps its key order);
+    # "": unconstrained.
+    response_format = models.TextField(blank=True, default="")
     # A streamed job commits every step's record on its own, so each can be relayed at once.
     stream = models.BooleanField(default=False)
     # Its caller holds a connection open until it ends (a /v1 request or a stream): counted

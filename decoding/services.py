@@ -158,6 +158,7 @@ def _job_create(checked: JobInput, *, stop: list[str] | None, **fields) -> Gener
         prompt_token_ids=checked.prompt.token_ids,
         stop=stop or [],
         top_logprobs=checked.top_logprobs,
+        response_format=checked.response_format,
         **checked.params,
         **fields,
     )

@@ -4,6 +4,7 @@ granted to the reviewer: anything else is a 404, with no hint that it exists."""
 from __future__ import annotations
 
 import datetime
+import json
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
@@ -329,3 +330,20 @@ class CustodyPage:
     rows: list
     newest: bool  # the first page
     older_than: int | None  # the `before` of the next (older) page, if there is one
+
+
+def structured_output(job: GenerationJob) -> dict | None:
+    """What a structured-output job's page shows beside its answer: the response_format's type,
+    name and strict flag, and its schema as indented JSON (None without one, or once its texts
+    were destroyed: a schema can say as much as a prompt)."""
+    if not job.response_format or job.destroyed_at:
+        return None
+    response_format = json.loads(job.response_format)
+    spec = response_format.get("json_schema") or {}
+    schema = spec.get("schema", {"type": "object"})
+    return {
+        "type": response_format["type"],
+        "name": spec.get("name"),
+        "strict": bool(spec.get("strict")),
+        "schema": json.dumps(schema, indent=2, ensure_ascii=False),
+    }

@@ -115,6 +115,7 @@ def job_walk(request, job_id: uuid.UUID):
             )
         ],
         "sign_offs": selectors.sign_off_list(job=job),
+        "structured": selectors.structured_output(job),
     }
     return render(request, "reviewers/walk.html", context)
 

@@ -54,6 +54,11 @@ GIVEN, RENDERED, TOKEN_IDS, ANSWER_TEXT, ANSWER_TOKEN_IDS = (
     "answer.token_ids",
 )
 GIVEN_KINDS = ("prompt", "messages", "prompt_token_ids")
+# A structured-output job's grammar (request record's "grammar"), bound like the texts above:
+#   grammar.schema    canonical JSON of the response_format's schema ({"type": "object"} for
+#                     json_object)
+#   grammar.compiled  the grammar the library compiled it to (what every mask is made from)
+GRAMMAR_SCHEMA, GRAMMAR_COMPILED = "grammar.schema", "grammar.compiled"
 # Stop reasons an answer can carry: the last decision's, or "cancelled" (a step boundary).
 STOP_REASONS = ("eos", "max_tokens", "stop", "cancelled")
 # Trail outcomes whose job served an answer, so the trail must end with an answer record.
@@ -124,6 +129,7 @@ def request_payload(
     question: Question,
     submitted_at: str | None = None,
     direction: dict | None = None,
+    grammar: dict | None = None,
     format_version: int = FORMAT_VERSION,
 ) -> dict:
     """The payload of a v2 trail's seq-0 record (or v3's, v4's). `submitted_at` (UTC_TIME: when
@@ -158,7 +164,25 @@ def request_payload(
         payload["submitted_at"] = submitted_at
     if direction is not None:
         payload["direction"] = direction
+    if grammar is not None:
+        payload["grammar"] = grammar
     return payload
+
+
+def grammar(
+    *, trail_salt: str, kind: str, strict: bool, library: str, schema: str, compiled: str
+) -> dict:
+    """The grammar a structured-output job was decoded under (issue 44), as its request record
+    states it: the response_format's type and strict flag and the library that compiled it, in
+    clear; the schema (canonical JSON) and the compiled grammar by salted digest, so a reviewer
+    holding the schema can confirm it and an examiner without it cannot test guesses."""
+    return {
+        "type": kind,
+        "strict": strict,
+        "library": library,
+        "schema_digest": bound_digest(trail_salt, GRAMMAR_SCHEMA, schema),
+        "grammar_digest": bound_digest(trail_salt, GRAMMAR_COMPILED, compiled),
+    }
 
 
 def direction(

@@ -13,6 +13,7 @@ from .drafters import (
     PromptLookupDrafter,
     Reference,
 )
+from .grammar import ResponseFormat, ResponseFormatError
 from .params import GenerationParams, GenerationRequest
 from .providers import ModelIdentity, Provider, StubProvider
 from .records import StepRecord, params_payload
@@ -48,6 +49,8 @@ __all__ = [
     "MatchStatistics",
     "ModelIdentity",
     "PromptLookupDrafter",
+    "ResponseFormat",
+    "ResponseFormatError",
     "Reference",
     "ReplayOverrun",
     "ReplaySchedule",

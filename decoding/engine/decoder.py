@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .drafters.base import Drafter, Reference
+from .grammar import Constraint
 from .params import GenerationParams, GenerationRequest
 from .providers.base import Provider, Scores
 from .records import StepRecord
@@ -157,6 +158,7 @@ class SpeculativeDecoder:
             raise ValueError(f"eos_token_id must be below the vocabulary size {vocab}")
         if schedule is None:
             schedule = FixedSchedule(params.draft_length)
+        constraint = self._constraint(request)
 
         prompt = list(request.prompt_token_ids)
         prefill_started = time.perf_counter_ns()
@@ -192,10 +194,13 @@ class SpeculativeDecoder:
             if len(draft.tokens) > k:
                 raise ValueError(f"drafter proposed {len(draft.tokens)} tokens, at most {k} asked")
             draft = draft.prefix(schedule.keep(draft))
+            if constraint is not None:  # a token the grammar refuses could never be accepted
+                draft = draft.prefix(constraint.allowed_prefix(draft.tokens.tolist()))
             drafted_at = time.perf_counter_ns()
             proposed = draft.tokens.tolist()
             k = len(proposed)
-            scores = self._target.next_scores([*context, *proposed], k + 1, params)
+            allowed = None if constraint is None else constraint.masks(proposed)
+            scores = self._target.next_scores([*context, *proposed], k + 1, params, allowed=allowed)
             scored_at = time.perf_counter_ns()
             if params.is_greedy:
                 verdict = verify_greedy(draft, scores)
@@ -237,6 +242,8 @@ class SpeculativeDecoder:
             parts["record"] += committing - verified_at
             parts["audit"] += committed - committing
             output.extend(emitted)
+            if constraint is not None:
+                constraint.advance(emitted)
             drafted += k
             accepted += verdict.accepted_count
             step_counts.append((k, verdict.accepted_count))
@@ -263,6 +270,19 @@ class SpeculativeDecoder:
             audit_ns=audit_ns,
             parts_ns=tuple(parts.items()),
         )
+
+    def _constraint(self, request: GenerationRequest) -> Constraint | None:
+        """The request's grammar, over the target's vocabulary (None: unconstrained)."""
+        if request.response_format is None:
+            return None
+        if self._tokenizer is None:
+            raise ValueError("a response_format needs the target's tokenizer to compile")
+        if not (request.params.is_greedy or request.coupled):
+            # Cutting a draft before a refused token is exact when every emitted token is the
+            # target's own choice or draw (greedy, coupled); under the step-keyed rule that
+            # token's certain rejection must draw from the residual, not from p.
+            raise ValueError("a response_format is sampled with coupled draws (audit format 5)")
+        return Constraint(request.response_format, self._tokenizer.grammar_tokenizer())
 
     def _texts(self, draft: list[int], verdict: Verdict, emitted: tuple[int, ...]) -> dict:
         """Each token's text for the record, when there is a tokenizer to spell it."""

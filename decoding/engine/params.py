@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .grammar import ResponseFormat
+
 # The audit store accepts only integers that every JSON reader holds exactly (I-JSON, RFC 7493),
 # and the seed is written into every record.
 MAX_SEED = 2**53 - 1
@@ -68,6 +70,9 @@ class GenerationRequest:
     # seed gives the same tokens whatever the schedule or the batch. False: the step-keyed draws
     # of trails of earlier formats, which their replays need.
     coupled: bool = False
+    # Structured outputs: the grammar every emitted token must keep to (engine.grammar's
+    # ResponseFormat; None: unconstrained).
+    response_format: ResponseFormat | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:

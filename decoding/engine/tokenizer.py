@@ -39,3 +39,8 @@ class Tokenizer(ABC):
     def token_text(self, token_id: int) -> str:
         """The token's own spelling, special tokens included (for display)."""
         return self.piece(token_id)
+
+    def grammar_tokenizer(self):
+        """This vocabulary as the grammar library reads it (engine.grammar): an
+        llguidance.LLTokenizer, made once (it reads every token, ~0.5 s)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot constrain output to a grammar")

@@ -18,6 +18,9 @@ from decoding.engine import Drafter, Provider, Tokenizer
 class ProviderKind(ABC):
     name: ClassVar[str]
     label: ClassVar[str]
+    # Whether a grammar's mask (structured outputs) applies exactly: the model gives whole
+    # distributions, so the most probable allowed token is always among them.
+    masks_exactly: ClassVar[bool] = True
 
     @abstractmethod
     def vocab_size(self, path: str, *, field: str) -> int:

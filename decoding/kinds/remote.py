@@ -14,6 +14,7 @@ DEFAULT_TOP_LOGPROBS = 20
 class RemoteKind(ProviderKind):
     name = "remote"
     label = "an OpenAI-compatible server (prompt log-probabilities)"
+    masks_exactly = False  # the server reports only its top K tokens
 
     def vocab_size(self, path: str, *, field: str) -> int:
         return files.vocab_size(path, field=field, directories=False)

@@ -32,6 +32,7 @@ from decoding.engine import (
     AuditUnavailable,
     GenerationRequest,
     GenerationResult,
+    ResponseFormat,
     SpeculativeDecoder,
 )
 from decoding.models import BatchLine, GenerationJob
@@ -243,6 +244,7 @@ def request_for(job: GenerationJob, *, format_version: int) -> GenerationRequest
         params=job_generation_params(job),
         top_logprobs=job.top_logprobs,
         coupled=format_version >= decision_rule.COUPLED_SINCE,
+        response_format=ResponseFormat.from_stored(job.response_format),
     )
 
 

@@ -828,3 +828,15 @@ def test_the_custody_log_shows_reviewers_their_matters_and_staff_everything(
     everything = html(operator.get("/portal/custody/"))
     assert everything.count('<tr class="custody-event"') == 3
     assert str(mine.id) in everything and str(theirs.id) in everything
+
+
+def test_the_walk_shows_a_structured_output_jobs_schema_beside_the_answer(run_job, reviewer):
+    job = run_job()
+    schema = {"type": "object", "properties": {"parties": {"type": "array"}}}
+    stored = {"type": "json_schema", "json_schema": {"name": "clause", "schema": schema}}
+    GenerationJob.objects.filter(pk=job.pk).update(response_format=json.dumps(stored))
+    page = html(reviewer.get(f"/portal/jobs/{job.id}/"))
+    assert "JSON Schema “clause”" in page
+    assert escape(json.dumps(schema, indent=2)) in page
+    GenerationJob.objects.filter(pk=job.pk).update(response_format="")
+    assert 'id="structured-output"' not in html(reviewer.get(f"/portal/jobs/{job.id}/"))

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..grammar import masked
 from ..params import GenerationParams
 from ..sampling import Distributions, Softmax, warp
 
@@ -171,12 +172,18 @@ class Provider(ABC):
         return warp(self._checked_logits(context, num_positions), params)
 
     def next_scores(
-        self, context: Sequence[int], num_positions: int, params: GenerationParams
+        self,
+        context: Sequence[int],
+        num_positions: int,
+        params: GenerationParams,
+        allowed: np.ndarray | None = None,
     ) -> Scores:
         """next_distributions, and the model's own log-probabilities beside them (from the same
-        pass): what the target's records report as each emitted token's logprob."""
+        pass): what the target's records report as each emitted token's logprob. `allowed`
+        (num_positions, vocab) is a grammar's mask (engine.grammar): refused tokens get -inf
+        before anything is made from the logits."""
         logits = self._checked_logits(context, num_positions)
-        return Scores(logits, params)
+        return Scores(logits if allowed is None else masked(logits, allowed), params)
 
     def _checked_logits(self, context: Sequence[int], num_positions: int) -> np.ndarray:
         if not 1 <= num_positions <= len(context):

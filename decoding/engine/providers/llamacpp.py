@@ -106,6 +106,7 @@ class LlamaCppTokenizer(Tokenizer):
         self.bos_token_id = _token_or_none(llama_cpp.llama_vocab_bos(self._vocab))
         self.eos_token_id = _token_or_none(llama_cpp.llama_vocab_eos(self._vocab))
         self.chat_template = llama.metadata.get("tokenizer.chat_template")
+        self._grammar_tokenizer = None
 
     def encode(
         self, text: str, *, add_special: bool = True, parse_special: bool = True
@@ -156,6 +157,14 @@ class LlamaCppTokenizer(Tokenizer):
 
     def token_text(self, token_id: int) -> str:
         return self._piece_bytes(token_id, True).decode("utf-8", errors="replace")
+
+    def grammar_tokenizer(self):
+        if self._grammar_tokenizer is None:
+            # llguidance's own reading of a llama.cpp vocabulary (control tokens marked apart).
+            from llguidance.llamacpp import lltokenizer_from_vocab
+
+            self._grammar_tokenizer = lltokenizer_from_vocab(self._vocab)
+        return self._grammar_tokenizer
 
     def token_to_piece(self, token_id: int) -> bytes:
         """The token's raw bytes (a partial UTF-8 character stays as it is)."""

@@ -110,10 +110,17 @@ class RemoteProvider(Provider):
         return self.next_scores(context, num_positions, params).p
 
     def next_scores(
-        self, context: Sequence[int], num_positions: int, params: GenerationParams
+        self,
+        context: Sequence[int],
+        num_positions: int,
+        params: GenerationParams,
+        allowed: np.ndarray | None = None,
     ) -> Scores:
         """The server's top K log-probabilities per position (renormalised over them, as they
         are all it reports), and the request's distributions made from them."""
+        if allowed is not None:
+            # Its most probable allowed token may lie outside the top K the server reports.
+            raise RemoteError("a grammar's mask is not exact on a remote model's top K tokens")
         refusal = params_refusal(
             temperature=params.temperature, top_k=params.top_k, top_logprobs=self._top
         )

@@ -46,6 +46,7 @@ class HFTokenizer(Tokenizer):
         self.eos_token_id = tokenizer.eos_token_id
         self.chat_template = tokenizer.chat_template
         self._special = frozenset(tokenizer.all_special_ids)
+        self._grammar_tokenizer = None
 
     def encode(
         self, text: str, *, add_special: bool = True, parse_special: bool = True
@@ -66,6 +67,13 @@ class HFTokenizer(Tokenizer):
 
     def piece(self, token_id: int) -> str:
         return "" if token_id in self._special else self.token_text(token_id)
+
+    def grammar_tokenizer(self):
+        if self._grammar_tokenizer is None:
+            from llguidance.hf import from_tokenizer
+
+            self._grammar_tokenizer = from_tokenizer(self._tokenizer, n_vocab=self.vocab_size)
+        return self._grammar_tokenizer
 
     def token_text(self, token_id: int) -> str:
         # convert_tokens_to_string keeps a piece's leading space, which decode([id]) strips for

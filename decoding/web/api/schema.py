@@ -134,6 +134,9 @@ class GenerationOut(serializers.Serializer):
     prompt_token_ids = serializers.ListField(child=serializers.IntegerField())
     stop = serializers.ListField(child=serializers.CharField())
     params = ParamsOut()
+    response_format = serializers.JSONField(
+        allow_null=True, help_text="the structured-output format the output was decoded under"
+    )
     output_text = serializers.CharField(allow_blank=True)
     output_token_ids = serializers.ListField(child=serializers.IntegerField())
     stop_reason = serializers.CharField(allow_null=True)

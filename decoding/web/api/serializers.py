@@ -1,5 +1,7 @@
 """Input validation and output shapes for the native API. No business logic here."""
 
+import json
+
 from django.conf import settings
 from django.urls import reverse
 from rest_framework import serializers
@@ -87,6 +89,13 @@ class GenerationInput(RefusesUnknownFields, serializers.Serializer):
         help_text="How many of the target's most probable tokens each decision record keeps "
         "per emitted token (up to the model spec's top_logprobs); 0: none",
     )
+    response_format = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        help_text='Structured outputs, as OpenAI\'s: {"type": "json_object"} or {"type": '
+        '"json_schema", "json_schema": {"name", "schema", "strict"}}; the output is decoded '
+        'under that grammar. {"type": "text"} or null: unconstrained',
+    )
     request_id = StrictCharField(max_length=128, required=False, allow_blank=False)
     directed_by = StrictCharField(
         max_length=200,
@@ -106,6 +115,11 @@ class GenerationInput(RefusesUnknownFields, serializers.Serializer):
     def validate_top_p(self, value):
         if value <= 0:
             raise serializers.ValidationError("Ensure this value is greater than 0.")
+        return value
+
+    def validate_response_format(self, value):
+        if value is not None and not isinstance(value, dict):
+            raise serializers.ValidationError("Must be an object with a 'type'.")
         return value
 
 
@@ -148,6 +162,7 @@ class GenerationOutput(serializers.Serializer):
                 "eos_token_id": job.eos_token_id,
                 "top_logprobs": job.top_logprobs,
             },
+            "response_format": json.loads(job.response_format) if job.response_format else None,
             "output_text": answer.text if answer else "",
             "output_token_ids": list(answer.token_ids) if answer else [],
             "stop_reason": answer.stop_reason if answer else None,

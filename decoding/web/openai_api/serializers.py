@@ -42,6 +42,8 @@ class _OpenAIInput(RefusesUnknownFields, serializers.Serializer):
     # vLLM's extension: decode max_tokens tokens even past the end-of-sequence token.
     ignore_eos = serializers.BooleanField(required=False, default=False)
     n = StrictIntegerField(required=False, allow_null=True)
+    # Structured outputs (json_object, json_schema), checked and compiled as a native job's.
+    response_format = serializers.JSONField(required=False, allow_null=True)
     # OpenAI's fields that Pathfinder does not implement, which client wrappers send anyway:
     # their neutral value changes nothing and is accepted; any other would change the output
     # and is refused by name (NEUTRAL_ONLY).

@@ -6,16 +6,18 @@ import decoding.engine
 
 ENGINE = Path(decoding.engine.__file__).parent
 # Real providers wrap a model runtime; only they may import one.
+# A tokenizer's reading for the grammar library (llguidance) is made beside the tokenizer.
 RUNTIMES = {
-    "llamacpp.py": {"llama_cpp"},
+    "llamacpp.py": {"llama_cpp", "llguidance"},
     "llamacpp_batch.py": {"llama_cpp"},
-    "transformers_hf.py": {"torch", "transformers"},
+    "transformers_hf.py": {"torch", "transformers", "llguidance"},
     "remote.py": {"requests"},  # a model server over HTTP
 }
 # Outside providers/: weights.py hashes files, and reads a GGUF's metadata (the tokenizer, config
 # and chat template it holds) with the gguf package, imported only when a GGUF is hashed.
 # model_files.py makes the default model file with llama.cpp's own quantizer.
-HASHING = {"weights.py": {"gguf"}, "model_files.py": {"llama_cpp"}}
+# grammar.py compiles structured outputs' schemas and computes their masks with llguidance.
+HASHING = {"weights.py": {"gguf"}, "model_files.py": {"llama_cpp"}, "grammar.py": {"llguidance"}}
 
 
 def imported_roots(source: Path) -> set[str]:
