@@ -86,6 +86,7 @@ def job_claim(job: GenerationJob) -> binding.Claim:
         submitted_at=matter_leaves.utc_time(job.created_at),
         destroyed=job.destroyed_at is not None,
         direction=job_direction(job),
+        grammar=job_grammar(job),
     )
 
 
@@ -106,24 +107,29 @@ def job_request_payload(job: GenerationJob, trail, models) -> dict:
         question=job_question(job),
         submitted_at=matter_leaves.utc_time(job.created_at),
         direction=job_direction(job),
-        grammar=job_grammar(job, trail.salt),
+        grammar=_grammar_statement(job, trail.salt),
         format_version=trail.format_version,
     )
 
 
-def job_grammar(job: GenerationJob, trail_salt: str) -> dict | None:
-    """What the request record says of a structured-output job's grammar (None without one)."""
+def job_grammar(job: GenerationJob) -> dict | None:
+    """A structured-output job's grammar as binding.grammar() takes it (None without one)."""
     response_format = ResponseFormat.from_stored(job.response_format)
     if response_format is None:
         return None
-    return binding.grammar(
-        trail_salt=trail_salt,
-        kind=response_format.type,
-        strict=response_format.strict,
-        library=GRAMMAR_LIBRARY,
-        schema=response_format.schema_text(),
-        compiled=response_format.grammar(),
-    )
+    return {
+        "kind": response_format.type,
+        "strict": response_format.strict,
+        "library": GRAMMAR_LIBRARY,
+        "schema": response_format.schema_text(),
+        "compiled": response_format.grammar(),
+    }
+
+
+def _grammar_statement(job: GenerationJob, trail_salt: str) -> dict | None:
+    """What the request record says of the job's grammar (binding.grammar)."""
+    texts = job_grammar(job)
+    return None if texts is None else binding.grammar(trail_salt=trail_salt, **texts)
 
 
 # What a claim reads of a job row (job_claim, job_question), and nothing more.
@@ -149,6 +155,7 @@ _CLAIMED_FIELDS = (
     "designation",
     "api_key__name",
     "api_key__owner",
+    "response_format",
     *JOB_PARAM_FIELDS,
 )
 

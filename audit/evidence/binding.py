@@ -418,6 +418,9 @@ class Claim:
     # (audit.erasure), so only what is not text is compared.
     destroyed: bool = False
     direction: dict | None = None  # direction(); compared when the request record holds one
+    # A structured-output job's grammar as grammar() takes it (kind, strict, library, schema,
+    # compiled); None for a job without one. Held to the request record's `grammar`.
+    grammar: dict | None = None
 
 
 def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Failure]:
@@ -449,6 +452,8 @@ def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Fa
         fail("the submission time differs from the request record's submitted_at", 0)
     if "direction" in request and request["direction"] != claim.direction:
         fail("who directed it, or its designation, differs from the request record", 0)
+    if ("grammar" in request) != (claim.grammar is not None):
+        fail("its response_format and the request record's grammar disagree", 0)
     if claim.destroyed:  # the texts, and the salt that checked them, are gone
         answer = contents.answer
         if (claim.answer is None) != (answer is None):
@@ -456,6 +461,9 @@ def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Fa
         elif answer is not None and claim.answer.stop_reason != answer.get("stop_reason"):
             fail("stop_reason differs from the answer record")
         return failures
+    if claim.grammar is not None and "grammar" in request:
+        if request["grammar"] != grammar(trail_salt=trail_salt, **claim.grammar):
+            fail("its response_format's schema or grammar differs from the request record", 0)
     prompt = request["prompt"]  # its shape was checked when the record was observed
     if prompt.get("given") != claim.question.given_kind:
         fail("the prompt's form (text, messages or ids) differs from the request record", 0)

@@ -2,7 +2,8 @@
 a live Pathfinder on the real default model: json_schema and json_object answers over contract
 excerpts written for this test (none appears elsewhere in the project) parse and validate
 against their schema in chat, completions and a Batch API file; their trails verify; greedy
-equals the constrained target's sequential greedy (the same request with draft_length 0); a
+equals the constrained target's sequential greedy (the same request with draft_length 0) and
+`manage.py replay` reproduces every decision under the grammar; a
 schema the service cannot compile is a 400 naming the field; the portal shows the schema."""
 
 from __future__ import annotations
@@ -85,10 +86,16 @@ def fixed_spec(postgres_stack) -> str:
     return postgres_stack.copy_spec(MODEL, FIXED, draft_schedule="fixed")
 
 
-def verified(stack: Stack, job_id: str) -> bool:
+def verify(stack: Stack, job_id: str) -> None:
     completed = stack.manage("verify_chain", "--job", job_id)
+    assert completed.returncode == 0, describe(completed)
+
+
+def replayed_identical(stack: Stack, job_id: str) -> bool:
+    """`manage.py replay`: the job re-run alone under its grammar, every decision compared."""
+    completed = stack.manage("replay", job_id, timeout=300)
     assert completed.returncode in (0, 1), describe(completed)
-    return completed.returncode == 0
+    return completed.returncode == 0 and "identical" in completed.stdout
 
 
 def test_json_schema_chat_answers_parse_validate_and_equal_sequential_constrained_greedy(
@@ -106,7 +113,8 @@ def test_json_schema_chat_answers_parse_validate_and_equal_sequential_constraine
         assert chat.choices[0].finish_reason == "stop", answer
         jsonschema.validate(json.loads(answer), CLAUSE)
         audit = chat.model_extra["pathfinder"]
-        assert verified(postgres_stack, audit["job_id"])
+        verify(postgres_stack, audit["job_id"])
+        assert replayed_identical(postgres_stack, audit["job_id"])
         # The constrained target alone: the same request decoded one token per step.
         alone = submit(
             postgres_stack,
@@ -143,7 +151,8 @@ def test_json_object_on_completions_and_sampled_chat(client, postgres_stack):
                          "json_schema": {"name": "responsive", "schema": RESPONSIVE}},
     )  # fmt: skip
     jsonschema.validate(json.loads(sampled.choices[0].message.content), RESPONSIVE)
-    assert verified(postgres_stack, sampled.model_extra["pathfinder"]["job_id"])
+    verify(postgres_stack, sampled.model_extra["pathfinder"]["job_id"])
+    assert replayed_identical(postgres_stack, sampled.model_extra["pathfinder"]["job_id"])
 
 
 @pytest.mark.parametrize(
@@ -200,6 +209,6 @@ def test_a_batch_file_of_response_format_lines(client, postgres_stack):
         body = row["response"]["body"]
         jsonschema.validate(json.loads(body["choices"][0]["message"]["content"]), CLAUSE)
         job_id = body["pathfinder"]["job_id"]
-        assert verified(postgres_stack, job_id)
+        verify(postgres_stack, job_id)
         job = get(postgres_stack, f"/api/v1/generations/{job_id}").json()
         assert job["response_format"]["json_schema"]["name"] == "clause_facts"

@@ -259,3 +259,27 @@ def test_a_step_that_drafted_nothing_emits_the_target_s_own_token_not_a_bonus():
     full = decision(0, [3, 4])  # one drafted, accepted: then the argmax is a bonus
     assert [t.source for t in binding.emitted_from(plain)] == [binding.TARGET]
     assert [t.source for t in binding.emitted_from(full)] == [binding.DRAFT, binding.BONUS]
+
+
+GRAMMAR = dict(
+    kind="json_schema",
+    strict=True,
+    library="llguidance 1.9.1",
+    schema='{"properties":{"parties":{"type":"array"}},"type":"object"}',
+    compiled='{"grammars":[...]}',
+)
+
+
+def test_a_structured_output_jobs_schema_is_held_to_its_request_records_grammar():
+    stated = binding.grammar(trail_salt=SALT, **GRAMMAR)
+    assert set(stated) == {"type", "strict", "library", "schema_digest", "grammar_digest"}
+    assert GRAMMAR["schema"] not in canonical_json(stated)  # bound by salted digest, not in clear
+    with_grammar = [request(grammar=stated), *GOOD[1:]]
+    assert binding.claim_failures(claim(grammar=GRAMMAR), walk(with_grammar), SALT) == []
+    other_schema = {**GRAMMAR, "schema": '{"type":"object"}'}
+    failures = binding.claim_failures(claim(grammar=other_schema), walk(with_grammar), SALT)
+    assert ["schema or grammar differs" in failure.reason for failure in failures] == [True]
+    # A row that drops its response_format, or gains one its trail never decoded under:
+    for row, records in ((claim(), with_grammar), (claim(grammar=GRAMMAR), GOOD)):
+        failures = binding.claim_failures(row, walk(records), SALT)
+        assert any("response_format" in failure.reason for failure in failures)
