@@ -53,11 +53,15 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[hf,dev]'
 	touch $@
 
+# Where `make run` serves: BIND=host:port, or PORT=8123 for 127.0.0.1:8123.
+PORT ?= 8000
+BIND ?= 127.0.0.1:$(PORT)
+
 run: install
-	$(PY) manage.py migrate --noinput
+	$(PY) manage.py migrate --noinput --verbosity 0
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py bootstrap_local
-	$(PY) manage.py serve
+	$(PY) manage.py serve --bind $(BIND)
 
 test: install-dev
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL) CACHE_URL=$(TEST_CACHE_URL) \

@@ -154,6 +154,8 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
 AXES_RESET_ON_SUCCESS = True
+# Not one "AXES: BEGIN" line per process start (every manage.py call printed one).
+AXES_VERBOSE = False
 # With it on, a person signed in to the portal or the admin also gives a one-time password
 # (TOTP, django-otp) before anything else: enrolled at /accounts/mfa/ on first use.
 PATHFINDER_REQUIRE_MFA = env_bool("PATHFINDER_REQUIRE_MFA", False)
@@ -322,6 +324,9 @@ PATHFINDER_TSA_URL = env_str("PATHFINDER_TSA_URL", "")
 
 # --- Celery: Redis in production, kombu's filesystem transport for the embedded default ----------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL == "filesystem://":
+    # The same transport with its host named: kombu warns at each start of one without it.
+    CELERY_BROKER_URL = "filesystem://localhost/"
 PATHFINDER_QUEUE_DIR = Path(env_str("PATHFINDER_QUEUE_DIR", str(VAR_DIR / "queue")))
 if CELERY_BROKER_URL.startswith("filesystem://"):
     # kombu's filesystem transport: producer and consumer share one folder of message files.

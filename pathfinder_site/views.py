@@ -29,9 +29,12 @@ def healthz(request):
 def readyz(request):
     report = READINESS.get()
     status = 200 if report["ready"] else 503
-    if not _token_given(request):
-        return JsonResponse({"ready": report["ready"]}, status=status)
-    return JsonResponse(report, status=status)
+    body = report if _token_given(request) else {"ready": report["ready"]}
+    response = JsonResponse(body, status=status)
+    # A 503 here is an answer (not ready yet: the model is loading), not a server error:
+    # Django's request logger would log every probe of a starting service at ERROR.
+    response._has_been_logged = True
+    return response
 
 
 def metrics(request):

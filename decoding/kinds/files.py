@@ -3,6 +3,7 @@ size from metadata, and its tokenizer alone (no weights), cached per process."""
 
 from __future__ import annotations
 
+import atexit
 import json
 from pathlib import Path
 
@@ -79,6 +80,11 @@ def tokenizer(path: str) -> Tokenizer:
             from decoding.engine.providers.llamacpp import LlamaCppTokenizer
 
             vocab_only = llama_cpp.Llama(model_path=str(weights), vocab_only=True, verbose=False)
+            if not _tokenizers:
+                # Freed while llama.cpp's bindings exist: at interpreter teardown its __del__
+                # fails, and a web process stopped by Ctrl-C printed that traceback. Registered
+                # after llama_cpp's own exit handlers, so it runs before them.
+                atexit.register(release)
             _tokenizers[path] = LlamaCppTokenizer(vocab_only)
         else:
             from transformers import AutoTokenizer

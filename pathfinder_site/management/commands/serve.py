@@ -13,9 +13,10 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
@@ -26,6 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--web-workers", type=int, default=2)
 
     def handle(self, *args, **options):
+        _require_free(options["bind"])
         python = sys.executable
         env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(_fresh_metrics_dir())}
         beat_schedule = settings.VAR_DIR / "celerybeat-schedule"
@@ -59,8 +61,10 @@ class Command(BaseCommand):
             start_new_session=True,
             preexec_fn=_stop_with_parent,
         )  # fmt: skip
+        started = time.monotonic()
         self.stdout.write(
-            f"Serving on http://{options['bind']}/ with one Celery worker (and beat)."
+            f"Serving on http://{options['bind']}/ with one Celery worker (and beat). Loading "
+            "the model… (Ctrl-C stops everything.)"
         )
 
         def stop(signum, frame):
@@ -71,16 +75,48 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        ready = False
         try:
             while all(process.poll() is None for process in (front, web, worker)):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     web.wait(timeout=1)
+                if not ready and (ready := _ready()):
+                    self.stdout.write(
+                        f"Ready in {time.monotonic() - started:.0f} s: "
+                        f"http://{options['bind']}/ (the desk at /portal/)."
+                    )
         except KeyboardInterrupt:
             pass
         finally:
             _stop_all(front, web, worker)
         if any(process.returncode > 0 for process in (front, web, worker)):
             sys.exit(1)
+
+
+def _require_free(bind: str) -> None:
+    """Refuse, in one line, an address something else already listens on (before anything
+    starts: the front would fail behind a "Serving on" line and a traceback)."""
+    host, _, port = bind.rpartition(":")
+    try:
+        with socket.socket() as probe:
+            probe.bind((host.strip("[]") or "0.0.0.0", int(port)))
+    except ValueError as exc:
+        raise CommandError(f"--bind {bind!r} is not host:port") from exc
+    except OSError as exc:
+        raise CommandError(
+            f"{bind} is in use ({exc.strerror}): serve elsewhere with make run "
+            "BIND=127.0.0.1:8123 (manage.py serve --bind)"
+        ) from exc
+
+
+def _ready() -> bool:
+    """Whether the service answers ready (/readyz's check, asked here, not over HTTP)."""
+    from pathfinder_site.health import readiness
+
+    try:
+        return readiness()["ready"]
+    except Exception:  # not ready yet: asked again in a second
+        return False
 
 
 def _free_port() -> int:
