@@ -2,7 +2,7 @@
 (`<migration>.<vendor>.sql`, statements apart on `-- statement` lines), so replaying an old
 migration on a new database runs what it ran when it was written, never today's code.
 
-The append-only triggers and the chain checks (ARCHITECTURE.md invariant 1) are made this way.
+The append-only triggers and the chain checks (docs/architecture.md, invariant 6) are made this way.
 """
 
 from __future__ import annotations

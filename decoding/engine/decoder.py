@@ -1,6 +1,6 @@
 """The speculative decoding loop: draft, verify in one target pass, record, then release.
 
-Invariant 1 of ARCHITECTURE.md lives here: a step's tokens join the output only after the
+Invariant 1 (docs/architecture.md) lives here: a step's tokens join the output only after the
 audit sink has committed the step's record; if it cannot, nothing of the step is released.
 """
 

@@ -1,7 +1,7 @@
 """Verification rules: given a draft (tokens, q) and the target's p, what is kept.
 
 One function per rule, after vLLM's rejection sampler. Both are exact: the output has the
-distribution the target alone would give (ARCHITECTURE.md invariant 3).
+distribution the target alone would give (docs/architecture.md, invariant 3).
 """
 
 from __future__ import annotations

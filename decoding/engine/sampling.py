@@ -112,7 +112,7 @@ def warp(logits: np.ndarray, params: GenerationParams) -> np.ndarray:
 
     Greedy (temperature 0) returns the plain softmax, kept only for display: greedy decisions
     take the argmax. Speculative sampling is exact only if p and q are warped identically
-    (ARCHITECTURE.md invariant 3), so draft and target both come through here.
+    (docs/architecture.md, invariant 3), so draft and target both come through here.
     """
     if params.is_greedy:
         return Softmax(logits).probs()

@@ -2,7 +2,7 @@
 
 A schedule holds the state of one request: give each generate() call its own instance. It only
 chooses how many tokens are drafted, never which ones or whether they are kept, so every schedule
-leaves the output distribution exact (ARCHITECTURE.md invariant 3). A replay should use the
+leaves the output distribution exact (docs/architecture.md, invariant 3). A replay should use the
 draft length each record states, not re-run the schedule: its cost curve is a wall-clock
 measurement.
 """
