@@ -111,10 +111,6 @@ class AnnotationForm(forms.Form):
         return step
 
 
-class PageForm(forms.Form):
-    page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
-
-
 class CustodyPageForm(forms.Form):
     before = forms.IntegerField(required=False, min_value=0)
 

@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from audit.evidence.binding import BONUS, CORRECTION, DRAFT, TARGET, emitted_from
-
-GREEDY = "greedy-argmax"
-COUPLED = "coupled-sampling"
+from audit.evidence.decision_rule import COUPLED, GREEDY
 
 CORRECTION_HOW = {
     "residual": "drawn from the residual distribution norm(max(0, p − q)) at the first "

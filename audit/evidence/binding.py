@@ -37,7 +37,6 @@ from audit.evidence.matter_leaves import UTC_TIME
 FORMAT_VERSION = 5
 FORMAT_VERSIONS = (1, 2, 3, 4, 5)
 REQUEST, DECISION, ANSWER = "request", "decision", "answer"
-KINDS = (REQUEST, DECISION, ANSWER)
 TEXT_TAG = b"PF-TEXT-v2"
 
 # The bound texts, by field name. Each value is hashed as the UTF-8 of its text form:
@@ -461,9 +460,10 @@ def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Fa
         elif answer is not None and claim.answer.stop_reason != answer.get("stop_reason"):
             fail("stop_reason differs from the answer record")
         return failures
-    if claim.grammar is not None and "grammar" in request:
-        if request["grammar"] != grammar(trail_salt=trail_salt, **claim.grammar):
-            fail("its response_format's schema or grammar differs from the request record", 0)
+    stated = request.get("grammar")
+    held = None if claim.grammar is None else grammar(trail_salt=trail_salt, **claim.grammar)
+    if stated is not None and held is not None and stated != held:
+        fail("its response_format's schema or grammar differs from the request record", 0)
     prompt = request["prompt"]  # its shape was checked when the record was observed
     if prompt.get("given") != claim.question.given_kind:
         fail("the prompt's form (text, messages or ids) differs from the request record", 0)

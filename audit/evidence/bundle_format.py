@@ -133,7 +133,6 @@ MAX_MEMBER_BYTES = 64 * 1024 * 1024
 # The deterministic packing. These are the values Python's zipfile writes for a ZipInfo with
 # date_time (1980, 1, 1, 0, 0, 0), compress_type ZIP_STORED, create_system 3 and external_attr
 # 0o644 << 16; we write the bytes ourselves so that no library version can change them.
-ZIP_DATE_TIME = (1980, 1, 1, 0, 0, 0)
 ZIP_EXTERNAL_ATTR = 0o644 << 16
 ZIP_CREATE_SYSTEM = 3  # Unix
 _ZIP_VERSION = 20  # 2.0: stored members, no zip64

@@ -57,7 +57,6 @@ class GenerationResult:
     drafted: int
     accepted: int
     stop_reason: str  # "eos" | "max_tokens" | "stop" | "cancelled"
-    records_written: int
     step_counts: tuple[tuple[int, int], ...]  # (drafted, accepted) of each step
     prefill_ns: int  # drafter and target taking in the prompt
     cached_prompt_tokens: int  # leading prompt tokens the target had cached (not evaluated)
@@ -262,7 +261,6 @@ class SpeculativeDecoder:
             drafted=drafted,
             accepted=accepted,
             stop_reason=stop_reason,
-            records_written=step,
             step_counts=tuple(step_counts),
             prefill_ns=decode_started - prefill_started,
             cached_prompt_tokens=cached_prompt_tokens,

@@ -15,7 +15,8 @@
 The result is an integer multiple of 2**-53 in [0, 1), so it is an exact IEEE 754 binary64 value
 that any language re-derives bit for bit. Streams: "draft" (sampling a drafted token),
 "accept" (the accept test), "residual" (resampling after a rejection), "bonus" (the extra token
-after a fully accepted draft). Keying by (seed, step, position) is invariant 4 (docs/architecture.md).
+after a fully accepted draft). Keying by (seed, step, position) is invariant 4
+(docs/architecture.md).
 """
 
 from __future__ import annotations

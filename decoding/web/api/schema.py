@@ -187,8 +187,3 @@ class TrailPageOut(serializers.Serializer):
     next = serializers.URLField(allow_null=True)
     previous = serializers.URLField(allow_null=True)
     results = DecisionRecordOut(many=True)
-
-
-class HealthOut(serializers.Serializer):
-    status = serializers.CharField()
-    version = serializers.CharField()
