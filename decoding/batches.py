@@ -35,15 +35,15 @@ from decoding import admission, batch_files, delivery, events, lifecycle, servic
 from decoding.feed_order import feed_key, shared_blocks
 from decoding.job_input import InvalidInput
 from decoding.models import ApiKey, Batch, BatchFile, BatchLine, GenerationJob, Matter
-from decoding.selectors import jobs_with_trails
-from decoding.web.openai_api import batch_shapes
-from decoding.web.openai_api.batch_lines import (
+from decoding.protocol import batch_shapes
+from decoding.protocol.batch_lines import (
     ENDPOINTS,
     LineRequest,
     custom_id_of,
     line_check,
     refusal_for,
 )
+from decoding.selectors import jobs_with_trails
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from django.conf import settings
 from decoding import tokenizers
 from decoding.engine import ResponseFormat, ResponseFormatError
 from decoding.kinds.registry import PROVIDER_KINDS
-from decoding.model_specs import params_refusal, servable_specs, unavailable
+from decoding.model_specs import params_refusal, unavailable
 from decoding.models import ModelSpec
 from decoding.prompts import Prompt, PromptError, prompt_tokenize
 
@@ -125,6 +125,12 @@ def _response_format(spec: ModelSpec, params: dict, given: object) -> ResponseFo
             "eos_token_id unset and ignore_eos off.",
         )
     return constrained
+
+
+def servable_specs() -> list[ModelSpec]:
+    """The specs this installation can serve, by name: what GET /v1/models lists, and what a
+    request naming another model is told."""
+    return [spec for spec in ModelSpec.objects.order_by("name") if unavailable(spec) is None]
 
 
 def sampling_defaults(spec: ModelSpec) -> dict:

@@ -12,7 +12,6 @@ from django.core.exceptions import ValidationError
 
 from decoding.engine.params import GenerationParams
 from decoding.kinds.registry import DRAFTER_KINDS, PROVIDER_KINDS
-from decoding.models import ModelSpec
 
 
 def model_spec_check(spec) -> int:
@@ -66,11 +65,6 @@ def unavailable(spec) -> str | None:
     if lacking is not None:
         return f"its draft model needs what this installation lacks: {lacking}"
     return None
-
-
-def servable_specs() -> list:
-    """The specs this installation can serve, by name: what GET /v1/models lists."""
-    return [spec for spec in ModelSpec.objects.order_by("name") if unavailable(spec) is None]
 
 
 def params_refusal(spec, *, temperature: float, top_k: int) -> tuple[str, str] | None:

@@ -8,7 +8,7 @@ from django.http import JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
-from decoding.web.openai_api.errors import openai_error_body
+from decoding.protocol.openai_errors import openai_error_body
 
 # What multipart framing and the `purpose` field may add to an uploaded file.
 UPLOAD_FRAMING_BYTES = 1 << 20

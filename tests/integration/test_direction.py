@@ -14,7 +14,7 @@ from audit.keys import signing_key
 from audit.selectors import trail_record_of_kind
 from audit.verification import verify_everything, verify_trails
 from decoding.models import ApiKey, GenerationJob
-from decoding.web.openai_api.serializers import ChatCompletionInput
+from decoding.protocol.openai_input import ChatCompletionInput
 from decoding.worker.execution import job_run
 
 DESIGNATION = "Attorney work product; prepared at the direction of counsel"

@@ -10,10 +10,10 @@ from audit.verification import verify_trails
 from decoding import tokenizers
 from decoding.engine.sampling import log_softmax
 from decoding.models import GenerationJob, ModelSpec
+from decoding.protocol import openai_shapes as shapes
+from decoding.protocol.logprobs import token_logprobs
 from decoding.selectors import job_decisions
 from decoding.services import job_submit, replay_request
-from decoding.web.logprobs import token_logprobs
-from decoding.web.openai_api import shapes
 from decoding.worker import runtime
 from decoding.worker.execution import job_run
 from decoding.worker.replay import replay_run

@@ -5,7 +5,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from decoding.models import GenerationJob
-from decoding.web.openai_api.serializers import ChatCompletionInput, CompletionInput
+from decoding.protocol.openai_input import ChatCompletionInput, CompletionInput
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from decoding.protocol.batch_lines import MAX_CUSTOM_ID, LineRefusal, LineRequest, line_check
 from decoding.storable import storable
-from decoding.web.openai_api.batch_lines import MAX_CUSTOM_ID, LineRefusal, LineRequest, line_check
 
 ENDPOINT = "/v1/completions"
 # Text with the characters that broke the store: NUL, unpaired surrogates, and plenty else.

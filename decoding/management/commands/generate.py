@@ -6,9 +6,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from decoding.job_input import InvalidInput
 from decoding.models import GenerationJob, Matter
+from decoding.protocol.native_input import GenerationInput
 from decoding.selectors import job_answer
 from decoding.services import job_submit
-from decoding.web.api.serializers import GenerationInput
 from decoding.worker.execution import job_run
 
 

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from decoding import batch_files, batches
 from decoding.job_input import InvalidInput
 from decoding.models import Batch, BatchFile, Matter
-from decoding.web.openai_api.batch_lines import ENDPOINTS
+from decoding.protocol.batch_lines import ENDPOINTS
 
 BAR_WIDTH = 30
 

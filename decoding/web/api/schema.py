@@ -9,8 +9,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 
 from decoding.models import GenerationJob
-
-from .serializers import StopField
+from decoding.protocol.native_input import StopField
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):

@@ -10,16 +10,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from decoding import selectors, services
+from decoding.protocol.errors import destroyed_response, error_response
+from decoding.protocol.native_input import GenerationInput
 
-from .errors import destroyed_response, error_response
 from .pagination import JobPagination, RecordPagination
 from .schema import GenerationOut, GenerationPageOut, TrailPageOut, errors
-from .serializers import (
-    DecisionRecordOutput,
-    GenerationFilter,
-    GenerationInput,
-    GenerationOutput,
-)
+from .serializers import DecisionRecordOutput, GenerationFilter, GenerationOutput
 
 
 def not_found(request, exception=None):

@@ -25,12 +25,12 @@ from rest_framework.response import Response
 from decoding import batch_files, batches
 from decoding.job_input import InvalidInput
 from decoding.models import ApiKey, Batch, BatchFile
+from decoding.protocol.batch_shapes import batch_object, file_object
+from decoding.protocol.fields import RefusesUnknownFields, StrictCharField
+from decoding.protocol.openai_errors import openai_error
+from decoding.protocol.parsers import JSONParser
 from decoding.storable import storable
-from decoding.web.api.fields import RefusesUnknownFields, StrictCharField
-from decoding.web.api.parsers import JSONParser
 
-from .batch_shapes import batch_object, file_object
-from .errors import openai_error
 from .schema import BatchOut, FileDeletedOut, FileOut, ListOut, errors
 from .views import OpenAIView
 

@@ -16,13 +16,17 @@ from django.db import DatabaseError
 
 from decoding import services, tokenizers
 from decoding.models import GenerationJob
+from decoding.protocol import openai_shapes as shapes
+from decoding.protocol.logprobs import token_logprobs
+from decoding.protocol.openai_errors import (
+    audit_unavailable,
+    job_failure,
+    openai_error,
+    service_stopping,
+)
 from decoding.selectors import AnswerNotRecorded, job_answer
 from decoding.text import TextStream
 from decoding.web import relay, waiting
-from decoding.web.logprobs import token_logprobs
-
-from . import shapes
-from .errors import audit_unavailable, job_failure, openai_error, service_stopping
 
 logger = logging.getLogger(__name__)
 

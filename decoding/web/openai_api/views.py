@@ -16,15 +16,20 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from decoding import services
-from decoding.job_input import InvalidInput, sampling_defaults
-from decoding.model_specs import servable_specs
+from decoding.job_input import InvalidInput, sampling_defaults, servable_specs
 from decoding.models import GenerationJob
+from decoding.protocol import openai_shapes as shapes
+from decoding.protocol.openai_errors import (
+    exception_handler,
+    job_failure,
+    openai_error,
+    service_stopping,
+)
+from decoding.protocol.openai_input import ChatCompletionInput, CompletionInput, native_input
 from decoding.web import relay, waiting
 
-from . import shapes, sse
-from .errors import exception_handler, job_failure, openai_error, service_stopping
+from . import sse
 from .schema import STREAM, ChatCompletionOut, CompletionOut, ModelListOut, errors
-from .serializers import ChatCompletionInput, CompletionInput, native_input
 
 logger = logging.getLogger(__name__)
 

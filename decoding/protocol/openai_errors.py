@@ -8,7 +8,7 @@ lost, the service stopping) are here too, for the waiting response and the strea
 from rest_framework.response import Response
 
 from decoding.models import GenerationJob
-from decoding.web.api.errors import exception_handler as native_exception_handler
+from decoding.protocol.errors import exception_handler as native_exception_handler
 
 _TYPES = {
     400: "invalid_request_error",

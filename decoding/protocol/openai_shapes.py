@@ -5,13 +5,13 @@ from __future__ import annotations
 from audit.evidence.binding import Answer
 from decoding import tokenizers
 from decoding.models import GenerationJob
-from decoding.selectors import job_answer, job_decisions, trail_for_job
-from decoding.web.logprobs import (
+from decoding.protocol.logprobs import (
     TokenLogprob,
     chat_logprobs,
     completion_logprobs,
     token_logprobs,
 )
+from decoding.selectors import job_answer, job_decisions, trail_for_job
 
 # OpenAI has "stop" (a natural end or a stop string) and "length"; a cancelled job ended early
 # on request, which the pathfinder object's status tells apart.

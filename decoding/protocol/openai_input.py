@@ -4,7 +4,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from decoding.engine.params import MAX_SEED, MAX_TOP_LOGPROBS
-from decoding.web.api.fields import (
+from decoding.protocol.fields import (
     MAX_INT32,
     RefusesUnknownFields,
     StrictCharField,
@@ -12,7 +12,7 @@ from decoding.web.api.fields import (
     StrictIntegerField,
     text_refusal,
 )
-from decoding.web.api.serializers import GenerationInput, StopField
+from decoding.protocol.native_input import GenerationInput, StopField
 
 
 class StreamOptions(serializers.Serializer):

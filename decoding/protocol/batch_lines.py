@@ -15,12 +15,12 @@ from django.conf import settings
 from rest_framework import exceptions, serializers
 
 from decoding.job_input import InvalidInput
+from decoding.protocol.parsers import MAX_DEPTH, TOO_DEEP, json_depth
 from decoding.storable import storable
-from decoding.web.api.parsers import MAX_DEPTH, TOO_DEEP, json_depth
 
-from . import shapes
-from .errors import exception_handler, openai_error_body
-from .serializers import ChatCompletionInput, CompletionInput, native_input
+from . import openai_shapes as shapes
+from .openai_errors import exception_handler, openai_error_body
+from .openai_input import ChatCompletionInput, CompletionInput, native_input
 
 # The endpoints a batch may run, with the request they take and the response they give.
 ENDPOINTS = {

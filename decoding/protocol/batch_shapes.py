@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from decoding.models import Batch, BatchFile, BatchLine, GenerationJob
 
-from . import shapes
+from . import openai_shapes as shapes
 from .batch_lines import ENDPOINTS
-from .errors import job_failure
+from .openai_errors import job_failure
 
 # Why a line's job never finished, by how its batch ended (OpenAI's codes).
 _UNFINISHED = {

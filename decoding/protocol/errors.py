@@ -6,12 +6,11 @@ knows what to fix.
 
 import logging
 
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import DatabaseError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
-from rest_framework.views import exception_handler as drf_exception_handler
 
 from decoding.admission import OverCapacity
 from decoding.job_input import InvalidInput
@@ -69,22 +68,24 @@ def exception_handler(exc, context):
             None,
             "The audit store or job queue is unavailable; nothing was generated. Retry later.",
         )
+    # What DRF's own handler does (rest_framework.views, which this shelf does not import: its
+    # views load the web side's authentication classes), in this API's shape.
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
-    response = drf_exception_handler(exc, context)
-    if response is None:
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied(*exc.args)
+    if not isinstance(exc, exceptions.APIException):
         return None
     field = getattr(exc, "field", None)  # an exception of ours may name its own
     field = field or next((f for cls, f in _FIELD_FOR.items() if isinstance(exc, cls)), None)
-    detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
-    message = str(detail)
+    message = str(exc.detail)
     if field and not message.startswith(f"{field}:"):
         message = f"{field}: {message}"
-    code = exc.get_codes() if isinstance(exc, exceptions.APIException) else "error"
-    result = error_response(response.status_code, str(code), field, message)
-    for header in ("WWW-Authenticate", "Retry-After", "Allow"):
-        if header in response:
-            result[header] = response[header]
+    result = error_response(exc.status_code, str(exc.get_codes()), field, message)
+    if getattr(exc, "auth_header", None):  # set by the view that caught it
+        result["WWW-Authenticate"] = exc.auth_header
+    if getattr(exc, "wait", None):  # a throttle's
+        result["Retry-After"] = str(int(exc.wait))  # as DRF writes it
     return result
 
 
