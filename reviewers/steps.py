@@ -36,9 +36,9 @@ CORRECTION_HOW = {
 }
 # A step that drafted nothing: its one token is the target's own, as plain decoding's.
 PLAIN_HOW = {
-    "bonus": "nothing was drafted: the token is drawn from the target's distribution p",
-    "argmax-bonus": "nothing was drafted: the token is the target's argmax",
-    "coupled-bonus": "nothing was drafted: the token is the target's own draw at this position",
+    "bonus": "drawn from the target's distribution p, as plain decoding draws it",
+    "argmax-bonus": "the target's argmax, as plain greedy decoding picks it",
+    "coupled-bonus": "the target's own draw at this position, as plain decoding draws it",
 }
 
 
@@ -86,9 +86,17 @@ def greedy_check(*, argmax: int, token: int, what: str = "argmax p") -> tuple[st
     return f"{what} = {argmax} → {'accepted' if accepted else 'rejected'}", accepted
 
 
-def token_label(token: int, text: str | None) -> str:
-    """A token's text piece, or its id in angle brackets when the model has no tokenizer."""
-    return text if text else f"⟨{token}⟩"
+def token_label(token: int, text: str | None, eos: int | None = None) -> str:
+    """A token's text piece; the end-of-text token by name (its piece is empty); else its id in
+    angle brackets (a model without a tokenizer)."""
+    if text:
+        return text
+    return "⟨end of text⟩" if token is not None and token == eos else f"⟨{token}⟩"
+
+
+def _eos(payload: dict) -> int | None:
+    """The record's end-of-text token (its params name it)."""
+    return (payload.get("params") or {}).get("eos_token_id")
 
 
 def _percent(value: str | None) -> str:
@@ -183,7 +191,7 @@ def step_present(payload: dict) -> Step:
             DraftedToken(
                 position=i + 1,
                 token=item["token"],
-                label=token_label(item["token"], item.get("text")),
+                label=token_label(item["token"], item.get("text"), _eos(payload)),
                 q=item.get("q"),
                 p=item.get("p"),
                 ratio=item.get("ratio"),
@@ -201,8 +209,14 @@ def step_present(payload: dict) -> Step:
         kind = correction.get("kind", "")
         shown_correction = {
             **correction,
-            "label": token_label(correction.get("token"), correction.get("text")),
+            "label": token_label(correction.get("token"), correction.get("text"), _eos(payload)),
             "how": (PLAIN_HOW if not drafted else CORRECTION_HOW).get(kind, f"kind {kind!r}"),
+            # A reviewer's word for it (the record's kind is in the page's title); a step that
+            # drafted nothing has neither: its token is the target's own.
+            "is_bonus": kind.endswith("bonus"),
+            "kind_words": ""
+            if not drafted
+            else ("bonus" if kind.endswith("bonus") else "correction"),
             "p_pct": _percent(correction.get("p")),
         }
     return Step(
@@ -240,7 +254,7 @@ def emitted_tokens(payload: dict) -> list[dict]:
     return [
         {
             "token": emitted.token,
-            "label": token_label(emitted.token, emitted.text),
+            "label": token_label(emitted.token, emitted.text, _eos(payload)),
             "step": step,
             "source": emitted.source,
             "source_label": SOURCE_LABEL[emitted.source],

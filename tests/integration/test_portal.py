@@ -549,6 +549,11 @@ def test_a_job_without_a_trail_cannot_be_replayed_or_verified(owner, reviewer):
     page = reviewer.get(f"/portal/jobs/{queued.id}/")
     assert page.status_code == 200 and "no decision records yet" in html(page)
     assert not CustodyEvent.objects.exclude(action="view").exists()
+    # Once it failed, "yet" would be wrong: it says the job ended before its first step.
+    GenerationJob.objects.filter(pk=queued.pk).update(status="failed", error="model load failed")
+    page = html(reviewer.get(f"/portal/jobs/{queued.id}/"))
+    assert "This job failed before its first step was recorded" in page
+    assert "no decision records yet" not in page
 
 
 # --- Export -----------------------------------------------------------------------------------
