@@ -49,7 +49,8 @@ def job_queryset_for(*, user) -> QuerySet[GenerationJob]:
 
 def job_get_for(*, user, job_id: uuid.UUID) -> GenerationJob:
     return get_object_or_404(
-        job_queryset_for(user=user).select_related("matter", "model_spec", "api_key"), pk=job_id
+        job_queryset_for(user=user).select_related("matter", "model_spec", "api_key", "batch_line"),
+        pk=job_id,
     )
 
 
@@ -58,7 +59,9 @@ def batch_list_for(*, user) -> list[tuple[Batch, dict]]:
     found = (
         Batch.objects.filter(matter__grants__user=user)
         .select_related("matter")
-        .annotate(lines_total=F("input_file__line_count"))[:200]
+        .annotate(lines_total=F("input_file__line_count"), file_name=F("input_file__filename"))[
+            :200
+        ]
     )
     return [(batch, request_counts(batch)) for batch in found]
 
@@ -216,7 +219,7 @@ def job_list(*, user, filters: JobFilters, page: int = 1, page_size: int | None 
     )
     rows = list(
         with_verification(GenerationJob.objects.filter(id__in=ids[:page_size]))
-        .select_related("matter", "model_spec", "api_key")
+        .select_related("matter", "model_spec", "api_key", "batch_line")
         .order_by("-created_at", "-id")
     )
     _mark_unbound(rows)

@@ -478,18 +478,25 @@ def test_the_desk_lists_a_batch_with_its_progress_and_links_each_line_to_its_tra
     from tests.cast import grant, logged_in
 
     reviewer = logged_in(grant("rita", "Doe v. Roe"))
-    file_id = upload(owner, "\n".join([line("d0"), line("d1"), "not json"])).json()["id"]
-    batch_id = create(owner, file_id).json()["id"]
+    text = "\n".join([line("d0"), line("d1"), "not json"])
+    file_id = upload(owner, text, name="privilege-log.jsonl").json()["id"]
+    batch_id = create(owner, file_id, metadata={"matter_ref": "2026-cv-0412"}).json()["id"]
     batches.batches_advance()
     first = BatchLine.objects.get(batch_id=batch_id, line=1).job
     job_run(job_id=first.pk)
     page = reviewer.get("/portal/batches/").content.decode()
     assert batch_id in page and 'value="2" max="3"' in page  # one answered, one refused, of 3
+    assert "privilege-log.jsonl" in page and "matter_ref: 2026-cv-0412" in page
     assert "1 answered" in page and "1 failed" in page
     detail = reviewer.get(f"/portal/batches/{batch_id}/").content.decode()
     assert f'href="/portal/jobs/{first.pk}/"' in detail
     assert "refused (400)" in detail and "JSON parse error" in detail
-    assert reviewer.get(f"/portal/jobs/{first.pk}/").status_code == 200
+    walk = reviewer.get(f"/portal/jobs/{first.pk}/")
+    assert walk.status_code == 200
+    assert 'id="batch-line"' in walk.content.decode() and batch_id in walk.content.decode()
+    trails = reviewer.get("/portal/").content.decode()  # the line's custom_id, linked to its batch
+    custom_id = BatchLine.objects.get(batch_id=batch_id, line=1).custom_id
+    assert f'title="batch {batch_id}, line 1">{custom_id}</a>' in trails
 
 
 def test_a_reviewer_of_another_matter_sees_no_batch_of_this_one(owner):

@@ -143,7 +143,7 @@ def test_the_list_shows_only_the_jobs_of_granted_matters(
     mine, theirs = run_job(), run_other_job()
     page = html(reviewer.get("/portal/"))
     assert f'<tr data-job-id="{mine.id}">' in page
-    assert f'<a class="walk mono" href="/portal/jobs/{mine.id}/">' in page
+    assert f'<a class="walk mono" href="/portal/jobs/{mine.id}/" title="job {mine.id}">' in page
     assert str(theirs.id) not in page
     page = html(other_reviewer.get("/portal/"))
     assert f'<tr data-job-id="{theirs.id}">' in page and str(mine.id) not in page
