@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -119,6 +121,14 @@ def test_the_official_client_cancels_a_batch(client):
 
 
 def test_an_interactive_call_is_not_held_behind_a_running_batch(client, postgres_stack):
+    # Both workers load the model first (the stack's default spec is the stub): a cold worker's
+    # first job waits for its load, which is not what is measured here.
+    def warm(_):
+        content = [{"role": "user", "content": "Say no."}]
+        return client.chat.completions.create(model=MODEL, messages=content, max_tokens=1)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(warm, range(4)))
     lines = [chat_line(f"b{i}", QUESTIONS[i % 5], max_tokens=48) for i in range(24)]
     uploaded = client.files.create(file=("busy.jsonl", jsonl(lines)), purpose="batch")
     batch = client.batches.create(
@@ -135,13 +145,17 @@ def test_an_interactive_call_is_not_held_behind_a_running_batch(client, postgres
     job = get(postgres_stack, f"/api/v1/generations/{job_id}").json()
     done = wait_ended(client, batch.id)
     assert done.status == "completed"
-    # A free slot took it at once: it waited less than any one line takes to decode.
+    # A free slot took it at once: it waited less than a typical line takes to decode. The
+    # median line, not the fastest: a line that ends at its first token decodes in less time
+    # (54 ms on the AVX-512 machine, where the median line took 180 ms) than any job takes
+    # from the API to a worker's claim (50-90 ms there), held or not.
     lines_decode_ms = []
     for row in client.files.content(done.output_file_id).text.splitlines():
         job_id = json.loads(row)["response"]["body"]["pathfinder"]["job_id"]
-        lines_decode_ms.append(get(postgres_stack, f"/api/v1/generations/{job_id}").json())
-    fastest_line = min(line["timings"]["decode_ms"] for line in lines_decode_ms)
-    assert job["timings"]["queue_ms"] < fastest_line, (job["timings"], fastest_line)
+        line_job = get(postgres_stack, f"/api/v1/generations/{job_id}").json()
+        lines_decode_ms.append(line_job["timings"]["decode_ms"])
+    typical_line = statistics.median(lines_decode_ms)
+    assert job["timings"]["queue_ms"] < typical_line, (job["timings"], typical_line)
 
 
 def test_run_batch_follows_a_batch_and_writes_its_files(postgres_stack, tmp_path):
