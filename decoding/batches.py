@@ -662,3 +662,17 @@ def request_counts(batch: Batch) -> dict:
         ),
     )
     return counts
+
+
+def line_outcomes(batch: Batch) -> dict:
+    """How the batch's lines made so far ended, as a reviewer reads them: answered, refused (a
+    line that made no job: its error is in the error file), failed (its job failed) and
+    cancelled (its job was cancelled with the batch); request_counts' `failed` is the last
+    three together, as OpenAI counts them."""
+    jobs = GenerationJob.Status
+    return BatchLine.objects.filter(batch=batch).aggregate(
+        completed=Count("pk", filter=Q(job__status=jobs.SUCCEEDED)),
+        refused=Count("pk", filter=Q(job__isnull=True)),
+        failed=Count("pk", filter=Q(job__status=jobs.FAILED)),
+        cancelled=Count("pk", filter=Q(job__status=jobs.CANCELLED)),
+    )

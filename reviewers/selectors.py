@@ -27,7 +27,7 @@ from django.shortcuts import get_object_or_404
 from audit.evidence import binding
 from audit.models import DecisionRecord, Trail, VerificationRun
 from audit.selectors import trail_decision, trail_decisions
-from decoding.batches import request_counts
+from decoding.batches import line_outcomes
 from decoding.claims import job_claim
 from decoding.models import Batch, BatchLine, GenerationJob, Matter, Replay
 from decoding.selectors import job_decisions, start_of_day
@@ -55,7 +55,7 @@ def job_get_for(*, user, job_id: uuid.UUID) -> GenerationJob:
 
 
 def batch_list_for(*, user) -> list[tuple[Batch, dict]]:
-    """The batches of the reviewer's matters, newest first, each with its request_counts."""
+    """The batches of the reviewer's matters, newest first, each with how its lines ended."""
     found = (
         Batch.objects.filter(matter__grants__user=user)
         .select_related("matter")
@@ -63,7 +63,7 @@ def batch_list_for(*, user) -> list[tuple[Batch, dict]]:
             :200
         ]
     )
-    return [(batch, request_counts(batch)) for batch in found]
+    return [(batch, line_outcomes(batch)) for batch in found]
 
 
 def batch_get_for(*, user, batch_id: str) -> Batch:

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from audit import examiner_package
 from audit.evidence import descriptive
 from audit.keys import shown_verifier_keys
-from decoding.batches import request_counts
+from decoding.batches import line_outcomes
 
 from . import charts, selectors, services
 from .custody_chain import custody_chain_pending, custody_verify
@@ -262,7 +262,7 @@ def batch_detail(request, batch_id: str):
         return _bad_request(request, f"page: at most {MAX_PAGE}")
     context = {
         "batch": batch,
-        "counts": request_counts(batch),
+        "counts": line_outcomes(batch),
         "page": selectors.batch_lines(batch, page),
     }
     return render(request, "reviewers/batch_detail.html", context)

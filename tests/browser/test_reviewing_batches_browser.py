@@ -70,7 +70,7 @@ def test_a_reviewer_follows_a_batch_to_each_lines_trail(page: Page, portal: Port
     expect(row.locator("progress")).to_have_attribute("value", "3")
     expect(row.locator("progress")).to_have_attribute("max", "3")
     expect(row).to_contain_text("2 answered")
-    expect(row).to_contain_text("1 failed")
+    expect(row).to_contain_text("1 refused")
     row.locator("a.open-batch").click()
     expect(page.locator("#batch-status")).to_have_text("completed")
     refused = page.locator('tr[data-line="2"]')
