@@ -10,7 +10,6 @@ it, ahead of the verify pass. llguidance compiles the schema and computes the ma
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 
@@ -116,11 +115,6 @@ class ResponseFormat:
         return llguidance.LLMatcher.grammar_from_json_schema(
             self.schema if self.schema is not None else ANY_OBJECT, overrides=JSON_OPTIONS
         )
-
-    def grammar_sha256(self) -> str:
-        """SHA-256 of the compiled grammar: what every mask of the request is a function of
-        (with the tokenizer, which the model's identity names)."""
-        return hashlib.sha256(self.grammar().encode()).hexdigest()
 
     def schema_text(self) -> str:
         """The schema as canonical JSON (sorted keys): the text the request record binds."""
