@@ -1,9 +1,9 @@
 """Destroying the content decoding keeps for a set of finished jobs: the texts and token ids on
-each job row, what was computed from them (step counts, cached-prompt counts, batch feed keys,
-a replay's first divergence), and the Batch API files that hold any of them. Called inside the
-destruction's transaction (reviewers.destruction), which also erases the trails (audit.erasure)
-and records the event; a worker forgets the matter's cached state when told
-(decoding.worker.forgetting).
+each job row (a structured output's schema among them), what was computed from them (step
+counts, cached-prompt counts, batch feed keys, a replay's first divergence), and the Batch API
+files that hold any of them. Called inside the destruction's transaction (reviewers.destruction),
+which also erases the trails (audit.erasure) and records the event; a worker forgets the
+matter's cached state when told (decoding.worker.forgetting).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def erase_jobs(jobs, *, at: datetime, order: str, whole_matter_id: int | None = 
         prompt_token_ids=[],
         output_token_ids=[],
         output_text="",
+        response_format="",  # a schema's names and enums are the matter's words too
         metrics={},
         cached_prompt_tokens=None,
         destroyed_at=at,

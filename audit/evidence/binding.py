@@ -451,15 +451,15 @@ def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Fa
         fail("the submission time differs from the request record's submitted_at", 0)
     if "direction" in request and request["direction"] != claim.direction:
         fail("who directed it, or its designation, differs from the request record", 0)
-    if ("grammar" in request) != (claim.grammar is not None):
-        fail("its response_format and the request record's grammar disagree", 0)
-    if claim.destroyed:  # the texts, and the salt that checked them, are gone
+    if claim.destroyed:  # the texts (the schema too), and the salt that checked them, are gone
         answer = contents.answer
         if (claim.answer is None) != (answer is None):
             fail("the trail's answer record and the job's stop reason disagree")
         elif answer is not None and claim.answer.stop_reason != answer.get("stop_reason"):
             fail("stop_reason differs from the answer record")
         return failures
+    if ("grammar" in request) != (claim.grammar is not None):
+        fail("its response_format and the request record's grammar disagree", 0)
     stated = request.get("grammar")
     held = None if claim.grammar is None else grammar(trail_salt=trail_salt, **claim.grammar)
     if stated is not None and held is not None and stated != held:

@@ -2,7 +2,8 @@
 model, PostgreSQL and Redis as deployed.
 
 After `manage.py destroy`, what a records manager's auditor would dump holds none of the
-destroyed matter's texts, as text or as token ids: the database (pg_dump), every value in Redis,
+destroyed matter's texts (prompts, answers, a structured output's schema, an uploaded file), as
+text or as token ids: the database (pg_dump), every value in Redis,
 every file under the var directory; another matter's texts are all there, found by the same
 search (so the search is one that finds a text where it is). And the worker no longer starts a
 job of the destroyed matter from the prompts it had saved: the same prompt that was served from
@@ -52,6 +53,21 @@ DOCUMENT = (HELDOUT / "apache-2.0-sections-2-5.txt").read_text()[:1200]
 SECRET_A = "PRIVILEGED memo of Harrow v. Lindqvist: settle at 3,918,204.\n" + DOCUMENT
 FILE_SECRET_A = "Draft deposition outline for Dr. Ilse Varga-Montfort"
 SECRET_B = "CONFIDENTIAL work product of Okafor v. Brandt: the key witness is Tomasz Wielgosz."
+# A structured output's schema is the matter's text too: its enum names the parties' estate.
+SCHEMA_SECRET_A = "Estate of Konstantin Abernethy-Vale"
+SCHEMA_A = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "heir",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {"estate": {"enum": [SCHEMA_SECRET_A, "none"]}},
+            "required": ["estate"],
+            "additionalProperties": False,
+        },
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +227,19 @@ def test_after_destruction_no_dump_holds_the_matters_texts_and_the_worker_forgot
     # The worker kept A's prompt: the attack surface a destruction must clear.
     assert cached_tokens(again) > 64, again["usage"]
     complete(stack, b, SECRET_B)
+    structured = requests.post(
+        stack.url("/v1/chat/completions"),
+        json={
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Whose estate is it?"}],
+            "response_format": SCHEMA_A,
+            "max_tokens": 24,
+            "temperature": 0,
+        },
+        headers=auth(a),
+        timeout=300,
+    )
+    assert structured.status_code == 200, structured.text
     upload = tmp_path / "input.jsonl"
     line = {
         "custom_id": "outline",
@@ -231,7 +260,7 @@ def test_after_destruction_no_dump_holds_the_matters_texts_and_the_worker_forgot
 
     a_texts, a_ids = matter_texts(stack, "firm-a")
     b_texts, b_ids = matter_texts(stack, "firm-b")
-    destroyed = needles(a_texts + [FILE_SECRET_A], a_ids)
+    destroyed = needles(a_texts + [FILE_SECRET_A, SCHEMA_SECRET_A], a_ids)
     kept = needles(b_texts, b_ids)
     before = dumps(stack)
     missing = [n for n in destroyed + kept if not any(holds(d, n) for d in before.values())]

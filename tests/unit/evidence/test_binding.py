@@ -283,3 +283,11 @@ def test_a_structured_output_jobs_schema_is_held_to_its_request_records_grammar(
     for row, records in ((claim(), with_grammar), (claim(grammar=GRAMMAR), GOOD)):
         failures = binding.claim_failures(row, walk(records), SALT)
         assert any("response_format" in failure.reason for failure in failures)
+
+
+def test_a_destroyed_structured_jobs_blank_response_format_is_not_a_failure():
+    """Destruction blanks the schema with the other texts (decoding.destruction): the request
+    record's grammar stays, and with the salt gone nothing is left to compare it with."""
+    with_grammar = [request(grammar=binding.grammar(trail_salt=SALT, **GRAMMAR)), *GOOD[1:]]
+    destroyed = claim(answer=binding.Answer((), "", "max_tokens"), destroyed=True)
+    assert binding.claim_failures(destroyed, walk(with_grammar), "") == []
