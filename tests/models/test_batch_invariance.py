@@ -167,6 +167,40 @@ LOGITS_SHA256 = {
 }
 
 
+def cpu_identity() -> tuple[str, str]:
+    """(this CPU as the pins below key it, its description for a message)."""
+    info: dict[str, str] = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        name, _, value = line.partition(":")
+        info.setdefault(name.strip(), value.strip())
+    if "avx512f" in info.get("flags", "").split():
+        key = "AVX-512"
+    else:
+        key = f"{info.get('vendor_id')} family {info.get('cpu family')} model {info.get('model')}"
+    return key, f"{info.get('model name')} ({key})"
+
+
+# The SHA-256 of every position's logits decoded one token per call (`examined`), with the build
+# recorded trails were made with. A later patch may make the kernels faster, never change these
+# bits: a trail's replay re-computes them (0003 skips attention's masked work, and keeps them).
+#
+# The same build gives other bits on other CPUs, unexplained so far (docs/limitations.md): so
+# they are pinned per CPU seen. "AVX-512": the patch set bi.48d6da6c066c (patches 0001 and 0002)
+# on AMD EPYC Zen 4, with AVX-512 and with an AVX2 build alike. "AuthenticAMD family 25 model 1"
+# (AMD EPYC Zen 3, AVX2 only, no AVX-512): patch set bi.9bf00975dca9 on 2026-12-07, whose
+# batch-invariance checks all pass there. A CPU not listed is skipped, naming its digests.
+LOGITS_SHA256 = {
+    "AVX-512": {
+        "served Q8_0": "0f31d19d281d5e04b2e8bc62cc8b67fa162b78c2ef32d3a7efd2c677c20e1e81",
+        "shipped Q4_1": "476d1b9cc076dd69feee557e7127ad663db963c985a84b96825019e7a0fa6afc",
+    },
+    "AuthenticAMD family 25 model 1": {
+        "served Q8_0": "1584e523acd373147ad040c529130123aca7d9e9cba0706fa2844e7bba03f682",
+        "shipped Q4_1": "51b964d7c5a1a090f4678236135382c512082cea20ccdf01258943b21679c761",
+    },
+}
+
+
 @pytest.mark.skipif(
     not {"AVX2", "FMA", "F16C"} <= set(build_features().split()),
     reason="a build without AVX2, FMA and F16C takes vec_dot's order (patches/llama.cpp/README.md)",
@@ -174,4 +208,8 @@ LOGITS_SHA256 = {
 def test_the_logits_keep_the_bits_recorded_trails_were_made_with(examined, request):
     _, _, sequential = examined
     digest = hashlib.sha256(sequential.tobytes()).hexdigest()
-    assert digest == LOGITS_SHA256[request.node.callspec.params["examined"]]
+    which = request.node.callspec.params["examined"]
+    cpu, described = cpu_identity()
+    if cpu not in LOGITS_SHA256:
+        pytest.skip(f"no logits pinned for {described}: here {which} gives {digest}")
+    assert digest == LOGITS_SHA256[cpu][which], f"on {described}"
