@@ -1,8 +1,8 @@
 """Following a job from the web process: its committed tokens as they land, then its end.
 
 Tokens are read from committed DecisionRecord rows, never from the worker directly, so nothing
-reaches a client before its record exists (invariant 1). Worker notices (decoding.events) only
-say when to look again.
+reaches a client before its record exists (invariant 1). Worker notices, heard once for the process
+(decoding.web.follower), only say when to look again.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from audit.selectors import trail_decisions_since
-from decoding import events
 from decoding.models import GenerationJob
+from decoding.web.follower import FOLLOWER
 
 
 class JobTimeout(Exception):
@@ -50,7 +50,7 @@ def follow(
     committed (the seal comes after them), so the last read misses none.
     """
     trail_id, next_seq, relayed = None, 0, False
-    for _ in events.wakeups(job_id, timeout=timeout):
+    for _ in FOLLOWER.wakeups(job_id, timeout=timeout):
         if check is not None:
             check()
         job = GenerationJob.objects.select_related("model_spec").get(pk=job_id)
@@ -78,7 +78,7 @@ def wait(
 ) -> GenerationJob:
     """The job once it has ended; JobTimeout if it has not within `timeout` seconds. `check` is
     called before every look and may raise to end the wait."""
-    for _ in events.wakeups(job_id, timeout=timeout):
+    for _ in FOLLOWER.wakeups(job_id, timeout=timeout):
         if check is not None:
             check()
         job = GenerationJob.objects.select_related("model_spec").get(pk=job_id)
