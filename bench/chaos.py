@@ -332,7 +332,7 @@ def soak(stack: FaultStack, args) -> tuple[dict, dict]:
             for o in outages
         ],
         "recovery_grace_s": RECOVERY_GRACE_S,
-        # Each worker decodes this many jobs at once in one batch engine (tests/faults/stack.py).
+        # Each worker decodes this many jobs at once in one sequence engine (tests/faults/stack.py).
         "worker_sequences": int(stack.owner_env["PATHFINDER_WORKER_SEQUENCES"]),
     }
     return result, chaos_facts
@@ -362,7 +362,7 @@ def render(report: dict) -> str:
         "",
         f"{chaos['clients']} clients for {chaos['seconds']:.0f} s over two matters, every other "
         f"call streamed; two workers, each decoding up to {chaos['worker_sequences']} jobs at "
-        f"once in one batch engine; workers killed: {kills or 'none'}; outages: {outages} "
+        f"once in one sequence engine; workers killed: {kills or 'none'}; outages: {outages} "
         f"(each window extended by {chaos['recovery_grace_s']} s of recovery).",
         "",
         f"Calls: {result['calls']} ({result['streamed']} streamed); statuses "

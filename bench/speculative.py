@@ -14,7 +14,7 @@ Systems
   pathfinder+audit     SpeculativeDecoder as the worker runs it: PromptLookupDrafter with the
                        default spec's n-gram settings (min 3, max 3; read from the migrated
                        database), AdaptiveSchedule on the verify cost curve measured at load,
-                       the real TrailSink into PostgreSQL (records of BATCH_STEPS steps per
+                       the real TrailSink into PostgreSQL (records of STEPS_PER_COMMIT steps per
                        transaction, the last batch committed before generate() returns), a
                        trail opened and sealed per run
   pathfinder, no audit the same, with a sink that does nothing
@@ -225,7 +225,7 @@ def main(argv=None) -> int:
 
     # Every trail written in this run, checked link by link (batched by TrailSink).
     from audit.verification import verify_trails
-    from decoding.worker.sinks import BATCH_STEPS
+    from decoding.worker.sinks import STEPS_PER_COMMIT
 
     verification = verify_trails(bench.trails, scope="bench").as_dict()
     print(
@@ -276,7 +276,7 @@ def main(argv=None) -> int:
         "appendix": appendix,
         "variants": variants,
         "profiles": profiles,
-        "pathfinder": {"ngrams": bench.ngrams, "batch_steps": BATCH_STEPS},
+        "pathfinder": {"ngrams": bench.ngrams, "steps_per_commit": STEPS_PER_COMMIT},
         "table": [dict(v) for v in table.values()],
         "runs": runs,
     }

@@ -59,7 +59,7 @@ def pathfinder_line(report: dict) -> list[str]:
     return [
         f"Pathfinder as shipped: prompt lookup min_ngram {ng['min_ngram']}, max_ngram "
         f"{ng['max_ngram']} (from {ng['source']}), adaptive schedule, `TrailSink` committing "
-        f"{pf['batch_steps']} steps per transaction, no `on_step` callback."
+        f"{pf['steps_per_commit']} steps per transaction, no `on_step` callback."
     ]
 
 

@@ -5,7 +5,7 @@ engine, at this revision and at a baseline revision without walls, side by side 
 
 The held-out review session (bench/data/heldout/prompts.json: two documents, three questions
 each, interleaved as a reviewer works), rendered through the chat template, each question a
-prompt evaluated on a slot of one BatchEngine (the served file, the worker's prompt cache of
+prompt evaluated on a slot of one SequenceEngine (the served file, the worker's prompt cache of
 PATHFINDER_PROMPT_CACHE_BYTES' default) and its first logits taken, as a job's prefill does:
 
 - one matter: every question asked by one matter. The walls should cost nothing here.
@@ -129,7 +129,7 @@ DECODE = ("decode, one matter", "decode, a matter each")
 
 def measure(repeats: int) -> dict:
     from decoding.engine.providers.llamacpp import LlamaCppProvider
-    from decoding.engine.providers.llamacpp_batch import BatchEngine
+    from decoding.engine.providers.llamacpp_sequences import SequenceEngine
 
     path = served_file()
     results: dict[str, list[dict]] = {name: [] for name in (*REVIEW, *DECODE)}
@@ -139,7 +139,7 @@ def measure(repeats: int) -> dict:
             base = LlamaCppProvider(
                 path, name="walls", n_threads=2, n_ctx=4096, prompt_cache_bytes=PROMPT_CACHE_BYTES
             )
-            engine = BatchEngine(base, sequences=8)
+            engine = SequenceEngine(base, sequences=8)
             if name in DECODE:
                 prompts = prompt_tokens(base.tokenizer, bodies)
                 one = name == "decode, one matter"

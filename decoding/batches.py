@@ -9,7 +9,7 @@ worker, as each line's job ends): a restart of any process loses nothing and run
 Fair share: lines are stored queued but not sent, and the feeder sends them only while no
 interactive job of their own matter is queued and fewer than PATHFINDER_BATCH_MAX_QUEUED lines
 are sent and unfinished, taking the matters' batches in turn; each goes into the queue one place
-behind its matter's next call (admission.queue_priority). So they never count against
+behind its matter's next call (fair_share.queue_priority). So they never count against
 PATHFINDER_MATTER_MAX_QUEUED, a call never waits behind its own matter's lines, and between
 matters a line takes its turn like any call.
 """
@@ -31,7 +31,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Count, Exists, OuterRef, ProtectedError, Q, Sum
 from django.utils import timezone
 
-from decoding import admission, batch_files, delivery, events, lifecycle, services
+from decoding import batch_files, delivery, events, fair_share, lifecycle, services
 from decoding.feed_order import feed_key, shared_blocks
 from decoding.job_input import InvalidInput
 from decoding.models import ApiKey, Batch, BatchFile, BatchLine, GenerationJob, Matter
@@ -439,7 +439,7 @@ def batches_feed() -> int:
     PATHFINDER_BATCH_DOCUMENT_LINES: a batch's lines go in feed-key order (decoding.feed_order),
     a document's side by side, and those sent together are evaluated once and decoded in the
     same passes. Another matter's queued calls hold nothing back here, and in the queue a line
-    takes its matter's turn (admission.queue_priority), so one matter's load, however steady,
+    takes its matter's turn (fair_share.queue_priority), so one matter's load, however steady,
     cannot keep another's batch waiting for good. Returns how many lines were sent."""
     with transaction.atomic():
         # Locks the batches in progress, so two feeders count and send in turn.
@@ -448,8 +448,7 @@ def batches_feed() -> int:
             .filter(status=Status.IN_PROGRESS)
             .order_by("created_at", "pk")
         )
-        queued_calls = admission.interactive_jobs().filter(status=GenerationJob.Status.QUEUED)
-        busy = set(queued_calls.values_list("matter_id", flat=True).distinct())
+        busy = fair_share.matters_with_calls_queued()
         active = [batch for batch in active if batch.matter_id not in busy]
         if not active:
             return 0
@@ -463,13 +462,7 @@ def batches_feed() -> int:
         for batch in active:
             if len(waiting[batch.matter_id]) < free:
                 waiting[batch.matter_id] += _turns(batch, free)
-        picked: list[_Unsent] = []
-        turns = 0
-        while turns < free and any(waiting.values()):
-            for matter_turns in waiting.values():
-                if matter_turns and turns < free:
-                    picked += matter_turns.pop(0)
-                    turns += 1
+        picked = [line for turn in fair_share.in_turn(waiting, free) for line in turn]
         # Marked sent in this transaction (the next feeder counts them); the messages go after
         # it commits. One the broker did not take is found by the recovery sweep and sent again.
         job_ids = [line.job_id for line in picked]

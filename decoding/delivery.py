@@ -23,7 +23,7 @@ from django.db import close_old_connections
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from decoding import admission, affinity
+from decoding import affinity, fair_share
 from decoding.models import GenerationJob
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ REPLAY_JOB = "decoding.replay_job"  # the task decoding.tasks.replay_job
 def send(job: GenerationJob) -> None:
     """Hand the job to the queue, marked as sent and held by no worker yet: by task name (the
     task module imports this one), its id the task's, placed by its matter's share
-    (admission.queue_priority), to the worker that holds its document where several serve
+    (fair_share.queue_priority), to the worker that holds its document where several serve
     (decoding.affinity; None: the shared queue)."""
     GenerationJob.objects.filter(pk=job.pk).update(
         enqueued_at=timezone.now(), received_at=None, held_by="", held_until=None
@@ -50,7 +50,7 @@ def send(job: GenerationJob) -> None:
         RUN_GENERATION,
         args=[str(job.pk)],
         task_id=str(job.pk),
-        priority=admission.queue_priority(job),
+        priority=fair_share.queue_priority(job),
         queue=affinity.queue_for(job),
     )
 

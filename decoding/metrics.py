@@ -29,7 +29,7 @@ POSITION_ACCEPTED = Counter(
 )
 AUDIT_COMMIT_SECONDS = Histogram(
     "pathfinder_audit_commit_seconds",
-    "Time to commit one batch of decision records (one transaction)",
+    "Time to commit one group of decision records (one transaction)",
     buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
 )
 STEP_PART_SECONDS = Counter(
@@ -47,27 +47,27 @@ QUEUE_WAIT_SECONDS = Histogram(
     "From a job's submission to the start of its attempt on a worker",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
 )
-BATCH_PASS_SEQUENCES = Histogram(
-    "pathfinder_batch_pass_sequences",
-    "Jobs with positions in each pass of a worker's batch engine (its occupancy)",
+PASS_SEQUENCES = Histogram(
+    "pathfinder_pass_sequences",
+    "Jobs with positions in each pass of a worker's sequence engine (its occupancy)",
     buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64),
 )
-BATCH_PASS_POSITIONS = Histogram(
-    "pathfinder_batch_pass_positions",
-    "Positions each pass of a batch engine evaluated, the filler that evens them out included",
+PASS_POSITIONS = Histogram(
+    "pathfinder_pass_positions",
+    "Positions each pass of a sequence engine evaluated, the filler that evens them out included",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
 )
-BATCH_PASS_SECONDS = Histogram(
-    "pathfinder_batch_pass_seconds",
-    "Time of one pass of a batch engine",
+PASS_SECONDS = Histogram(
+    "pathfinder_pass_seconds",
+    "Time of one pass of a sequence engine",
     buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0),
 )
 
 
-def batch_pass(sequences: int, positions: int, seconds: float) -> None:
-    BATCH_PASS_SEQUENCES.observe(sequences)
-    BATCH_PASS_POSITIONS.observe(positions)
-    BATCH_PASS_SECONDS.observe(seconds)
+def engine_pass(sequences: int, positions: int, seconds: float) -> None:
+    PASS_SEQUENCES.observe(sequences)
+    PASS_POSITIONS.observe(positions)
+    PASS_SECONDS.observe(seconds)
 
 
 def job_started(queued_s: float) -> None:

@@ -14,7 +14,7 @@ from audit.export import ExportError
 from audit.matter_export import MatterExport, MatterSelection, matter_export
 from audit.models import Trail
 from audit.store import trail_seal
-from decoding import admission, delivery, events, lifecycle
+from decoding import delivery, events, fair_share, lifecycle
 from decoding.job_input import JobInput, job_input
 from decoding.models import ApiKey, Batch, GenerationJob, Matter, Replay
 from decoding.selectors import batch_trail_ids, matter_trail_ids
@@ -89,7 +89,7 @@ def job_submit(
 
     A request_id already used under the same key returns the existing job instead of a new one.
     caller_waits: the caller holds its connection open until the job ends (a /v1 request, a
-    stream). OverCapacity (admission) when a cap is met; nothing is stored then. With
+    stream). OverCapacity (fair_share) when a cap is met; nothing is stored then. With
     enqueue=False the caller runs the job itself (the `generate` command).
     """
     checked = job_input(
@@ -105,7 +105,7 @@ def job_submit(
             return existing, False
     try:
         with transaction.atomic():
-            admission.admit(matter=matter, api_key=api_key, caller_waits=caller_waits)
+            fair_share.admit(matter=matter, api_key=api_key, caller_waits=caller_waits)
             job = _job_create(
                 checked,
                 matter=matter,
@@ -285,7 +285,7 @@ def batch_bundle_export(*, batch: Batch, out) -> MatterExport:
 
 
 def replay_request(*, job: GenerationJob, user=None) -> Replay:
-    """Queue a replay of a finished job (once committed); OverCapacity (admission) when the
+    """Queue a replay of a finished job (once committed); OverCapacity (fair_share) when the
     reviewer asking has as many in flight as they may."""
     if job.destroyed_at is not None:
         raise ValueError(
@@ -295,7 +295,7 @@ def replay_request(*, job: GenerationJob, user=None) -> Replay:
     if not replayable(job):
         raise ValueError("only a finished job with a trail can be replayed")
     if user is not None:
-        admission.admit_replay(user=user)
+        fair_share.admit_replay(user=user)
     replay = Replay.objects.create(job=job, trail_id=job.trail_id, requested_by=user)
     transaction.on_commit(lambda: delivery.send_replay(replay.id))
     return replay

@@ -32,9 +32,10 @@ _loaded_pids = None
 
 
 @worker_init.connect
-def size_the_batch(sender, **_) -> None:
+def size_the_engine(sender, **_) -> None:
     """A threads pool decodes as many jobs at once as it has threads (PATHFINDER_WORKER_SEQUENCES
-    or `-c N`), in one batch engine (decoding.worker.runtime); a prefork pool's processes one each.
+    or `-c N`), in one sequence engine (decoding.worker.runtime); a prefork pool's processes one
+    each.
     The threads share this process's models, loaded now; a prefork child loads its own."""
     from decoding.worker.runtime import set_worker_sequences
 

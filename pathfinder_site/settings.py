@@ -217,7 +217,7 @@ PATHFINDER_RATE_LIMIT = env_str("PATHFINDER_RATE_LIMIT", "600/minute")
 PATHFINDER_STREAM_COMMIT_INTERVAL_MS = env_int(
     "PATHFINDER_STREAM_COMMIT_INTERVAL_MS", 100, minimum=0
 )
-# Fair share (decoding.admission): requests one API key may have waiting for their jobs or
+# Fair share (decoding.fair_share): requests one API key may have waiting for their jobs or
 # streaming them at once, and jobs one matter may have queued; over either, 429 naming it.
 PATHFINDER_KEY_MAX_WAITING = env_int("PATHFINDER_KEY_MAX_WAITING", 4, minimum=1)
 PATHFINDER_MATTER_MAX_QUEUED = env_int("PATHFINDER_MATTER_MAX_QUEUED", 64, minimum=1)
@@ -349,9 +349,9 @@ CELERY_TASK_ACKS_LATE = True  # safe because run_generation claims its job atomi
 # A pool process killed mid-task (kill -9, OOM) puts its message back rather than acking it.
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# Jobs a worker decodes at once, together in one batch engine (one llama.cpp pass carries every
+# Jobs a worker decodes at once, together in one sequence engine (one llama.cpp pass carries every
 # job's positions): a pool of that many threads. 1 is a prefork pool of one process decoding one
-# job at a time; `celery worker -c N` sets the slots instead. 8 by default: batching beats one
+# job at a time; `celery worker -c N` sets the slots instead. 8 by default: shared passes beat one
 # job at a time from 2 concurrent jobs on (bench/results/throughput-2026-12-04.md, ADR 0015).
 PATHFINDER_WORKER_SEQUENCES = env_int("PATHFINDER_WORKER_SEQUENCES", 8, minimum=1)
 CELERY_WORKER_POOL = "threads" if PATHFINDER_WORKER_SEQUENCES > 1 else "prefork"
@@ -365,7 +365,7 @@ PATHFINDER_QUEUE_PRIORITIES = 10
 if CELERY_BROKER_URL.startswith("redis"):
     # Redis redelivers an unacknowledged message after this long: it must exceed the longest
     # task, or a job still decoding would be handed to a second worker (which then waits).
-    # Priorities (decoding.admission.queue_priority): one list per step, 0 taken first.
+    # Priorities (decoding.fair_share.queue_priority): one list per step, 0 taken first.
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": CELERY_TASK_TIME_LIMIT + 600,
         "priority_steps": list(range(PATHFINDER_QUEUE_PRIORITIES)),

@@ -19,7 +19,7 @@ from audit.keys import SigningKeyMissing
 from audit.models import LedgerEntry
 from audit.receipts import NotYetCovered, TrailNotSealed, trail_receipt
 from audit.verification import verify_trails
-from decoding.admission import OverCapacity
+from decoding.fair_share import OverCapacity
 from decoding.models import Batch, GenerationJob, Matter, Replay
 from decoding.services import batch_bundle_export, matter_bundle_export, replay_request
 

@@ -43,7 +43,7 @@ class AuditUnavailable(Exception):
 
 
 # The parts of a step, in the order it takes them (GenerationResult.parts_ns): choosing the
-# draft length, drafting, the target's pass (with a batch engine, waiting for the pass it
+# draft length, drafting, the target's pass (with a sequence engine, waiting for the pass it
 # shares), the scores made from its logits, the rule's decision, building the record, and the
 # audit sink's record and flush.
 STEP_PARTS = ("schedule", "drafter", "model", "scores", "rule", "record", "audit")
@@ -143,8 +143,8 @@ class SpeculativeDecoder:
         schedule chooses each step's draft length, at most params.draft_length (default: always
         params.draft_length); it holds one request's state. stop is asked, once a step's tokens
         are decided and before its record is written, whether the output so far (those tokens
-        included) should end generation; the record then says "stop". The sink may batch the
-        records of several steps; they are all committed before this returns.
+        included) should end generation; the record then says "stop". The sink may commit the
+        records of several steps together; they are all committed before this returns.
         cancelled is asked before each step; once it answers True no further step is taken and
         the result (stop_reason "cancelled") holds the tokens of the steps already recorded.
         references are token sequences a copying drafter may copy from besides the context.

@@ -67,8 +67,8 @@ class GenerationRequest:
     # (the OpenAI API's top_logprobs); 0 keeps none, so nobody pays for them unasked.
     top_logprobs: int = 0
     # Sampled with coupled draws, one per output position (audit format 5, ADR 0032): the same
-    # seed gives the same tokens whatever the schedule or the batch. False: the step-keyed draws
-    # of trails of earlier formats, which their replays need.
+    # seed gives the same tokens whatever the schedule or the pass it shares. False: the
+    # step-keyed draws of trails of earlier formats, which their replays need.
     coupled: bool = False
     # Structured outputs: the grammar every emitted token must keep to (engine.grammar's
     # ResponseFormat; None: unconstrained).

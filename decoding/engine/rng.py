@@ -10,7 +10,7 @@
     where index is the output position (0 for the first generated token): the one draw the
     token at that position is taken with, by the target and by a draft model alike (coupled
     sampling, audit format 5; ADR 0032). It depends on nothing the schedule, the draft or the
-    batch decide, so the same seed gives the same tokens.
+    shared pass decide, so the same seed gives the same tokens.
 
 The result is an integer multiple of 2**-53 in [0, 1), so it is an exact IEEE 754 binary64 value
 that any language re-derives bit for bit. Streams: "draft" (sampling a drafted token),

@@ -145,7 +145,7 @@ def verify_coupled(
     kept with probability p_i(x_i), as under speculative sampling. Every emitted token is the
     target's draw at its position from its actual prefix, so the output is sequential sampling
     with those draws: distributed exactly as the target's, and the same for the same seed
-    whatever the draft, the schedule or the batch.
+    whatever the draft, the schedule or the pass it shares.
     """
     p = _distributions(p)
     k = len(draft.tokens)

@@ -117,8 +117,8 @@ def warp(logits: np.ndarray, params: GenerationParams) -> np.ndarray:
     if params.is_greedy:
         return Softmax(logits).probs()
     # One private float64 copy, worked in place: each vocabulary-wide array a step makes costs a
-    # pass and fresh pages (Softmax), and a batching worker's jobs take turns at these passes
-    # between the model's (same bits: each operation is elementwise or along one row).
+    # pass and fresh pages (Softmax), and a worker's jobs of several sequences take turns at
+    # these passes between the model's (same bits: each operation is elementwise or along one row).
     z = np.divide(logits, params.temperature, dtype=np.float64)  # exact: float32 -> float64
     vocab = z.shape[-1]
     if 0 < params.top_k < vocab:

@@ -99,8 +99,8 @@ def interpolated(table: Mapping[int, float]) -> Callable[[int], float]:
 class StepCost:
     """What a step costs for each number of drafted tokens, and what the rest of its pass yields.
 
-    Alone, a step drafting k tokens costs verify_cost(k + 1). In a batch engine's pass every
-    sequence is padded to the widest request (decoding.engine.providers.llamacpp_batch), so a
+    Alone, a step drafting k tokens costs verify_cost(k + 1). In a sequence engine's pass every
+    sequence is padded to the widest request (decoding.engine.providers.llamacpp_sequences), so a
     step drafting k tokens beside n neighbours carries (n + 1) * (k + 1) positions, priced on the
     measured curve at that total (extrapolated on its last segment beyond it). The neighbours
     count one token each, the least a step yields, so a sequence widens the pass only where its
@@ -160,8 +160,8 @@ class AdaptiveSchedule(DraftSchedule):
 
     verify_cost is in any unit of time (draft_cost_per_token in the same): a function of the
     number of verified positions, or measured points {positions: cost} interpolated linearly
-    (see measure_verify_cost). In a batch, `neighbours` tells what else the pass carries and the
-    step maximises the whole pass's tokens per unit time instead (StepCost); there it never
+    (see measure_verify_cost). In a shared pass, `neighbours` tells what else the pass carries
+    and the step maximises the whole pass's tokens per unit time instead (StepCost); there it never
     probes, since a probe would slow every neighbour's step.
     """
 
@@ -202,7 +202,7 @@ class AdaptiveSchedule(DraftSchedule):
 
     def next_length(self, max_length: int) -> int:
         best, neighbours = self._choose(max_length)
-        # Alone, a probe is a short bet on recovering a low estimate; in a batch it would slow
+        # Alone, a probe is a short bet on recovering a low estimate; in a shared pass it would slow
         # every neighbour's step.
         if best == 0 and self._idle >= self._probe_interval and neighbours == 0:
             return min(self._probe_length, self.max_length, max_length)
@@ -265,7 +265,7 @@ class MatchSchedule(DraftSchedule):
     match drafts the whole continuation the curve can pay for; a step with no match (or one
     whose bucket does not pay) verifies one position only, as plain decoding would. A bucket
     that has not drafted for `probe_interval` of its steps drafts `probe_length` tokens once,
-    so an estimate that fell too low can recover. In a batch, `neighbours` prices the step as
+    so an estimate that fell too low can recover. In a shared pass, `neighbours` prices the step as
     the whole pass (StepCost) and there is no probe, as in AdaptiveSchedule.
     """
 
@@ -302,7 +302,7 @@ class MatchSchedule(DraftSchedule):
         k = _best_length(stats.acceptance[bucket], cost, neighbours)
         if k == 0:
             stats.idle[bucket] += 1
-            # Alone, a probe lets an estimate that fell too low recover; in a batch it would
+            # Alone, a probe lets an estimate that fell too low recover; in a shared pass it would
             # slow every neighbour's step.
             if stats.idle[bucket] < self._probe_interval or neighbours:
                 return 0

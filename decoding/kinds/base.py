@@ -43,8 +43,8 @@ class ProviderKind(ABC):
     def build(self, path: str, revision: str, options: dict, name: str, *, draft: bool) -> Provider:
         """The loaded model, as a worker decodes with it (draft: it serves as a draft model)."""
 
-    def batch(self, target: Provider, sequences: int):
-        """A BatchEngine decoding up to `sequences` jobs together in passes over the loaded
+    def sequence_engine(self, target: Provider, sequences: int):
+        """A SequenceEngine decoding up to `sequences` jobs together in passes over the loaded
         target, or None when this kind has none (the jobs then take turns on the target)."""
         return None
 

@@ -36,10 +36,10 @@ class LlamaCppKind(ProviderKind):
             cache_dir=settings.PATHFINDER_MODEL_CACHE_DIR,  # what was read of a file once
         )
 
-    def batch(self, target, sequences):
-        from decoding.engine.providers.llamacpp_batch import BatchEngine
+    def sequence_engine(self, target, sequences):
+        from decoding.engine.providers.llamacpp_sequences import SequenceEngine
 
-        return BatchEngine(target, sequences=sequences)
+        return SequenceEngine(target, sequences=sequences)
 
 
 def context_size() -> int:

@@ -12,7 +12,7 @@ from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from decoding.admission import OverCapacity
+from decoding.fair_share import OverCapacity
 from decoding.job_input import InvalidInput
 from decoding.services import QueueUnavailable
 

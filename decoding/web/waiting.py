@@ -3,7 +3,8 @@ and when a wait ends early because its caller left or the service is stopping.
 
 A waiting request holds one of the web process's threads. PATHFINDER_WEB_MAX_WAITING bounds how
 many may, below the thread count, so health checks, the portal and other keys are always served,
-and divides them between matters, so one matter's keys cannot hold them all.
+and divides them between matters (docs/fair-share.md, rule 2), so one matter's keys cannot hold
+them all.
 Under WSGI a request never hears that its client left; gunicorn hands the view its socket
 (`gunicorn.socket`), and a peek at it tells.
 """
@@ -20,7 +21,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 from django.conf import settings
 
-from decoding.admission import OverCapacity
+from decoding import fair_share
+from decoding.fair_share import OverCapacity
 
 # The peer shut its side (Linux); elsewhere a zero-byte peek tells.
 _RDHUP = getattr(select, "POLLRDHUP", 0)
@@ -37,24 +39,17 @@ class ServiceStopping(Exception):
 
 
 class _Shelf:
-    """A web process's wait slots, shared between matters: a matter holding none takes any free
-    slot; one holding some takes another while it holds fewer than an equal share, between the
-    matters holding slots, of all but a quarter of them (at least one). So a matter alone
-    holds three quarters at most, a second matter's calls take the rest at once, and as the
-    first's waits end the two shares even out."""
+    """A web process's wait slots, shared between matters by fair share's rule 2
+    (fair_share.may_take_wait_slot)."""
 
     def __init__(self, size: int):
         self.size = size
-        self.shared = size - max(1, size // 4)
         self._held: Counter = Counter()
         self._lock = threading.Lock()
 
     def take(self, matter_id) -> bool:
         with self._lock:
-            mine = self._held[matter_id]
-            if sum(self._held.values()) >= self.size:
-                return False
-            if mine and mine >= self.shared // len(self._held):
+            if not fair_share.may_take_wait_slot(self._held, matter_id, self.size):
                 return False
             self._held[matter_id] += 1
             return True

@@ -26,7 +26,7 @@ from django.utils import timezone
 from audit.evidence import binding, decision_rule
 from audit.models import Trail
 from audit.store import trail_append, trail_open, trail_seal
-from decoding import admission, events, lifecycle, metrics
+from decoding import events, fair_share, lifecycle, metrics
 from decoding.claims import job_generation_params, job_request_payload
 from decoding.engine import (
     AuditUnavailable,
@@ -71,7 +71,7 @@ def job_run(*, job_id: uuid.UUID) -> None:
     if matter_id is None:
         return
     try:
-        with runtime.matter_slot(matter_id, admission.others_waiting):
+        with runtime.matter_slot(matter_id, fair_share.others_waiting):
             _run(job_id)
     except runtime.NoFairSlot as kept:
         raise TryLater(str(kept), 0) from kept
@@ -100,15 +100,16 @@ def _run(job_id: uuid.UUID) -> None:
         # The question is on record before the first decision about it.
         request = trail_append(trail_id=trail.id, payload=job_request_payload(job, trail, models))
         stop = StopStrings(models.tokenizer, job.stop) if job.stop else None
-        # A stream's reader is told after each step's commit; other jobs' records batch.
+        # A stream's reader is told after each step's commit; other jobs' records are committed
+        # STEPS_PER_COMMIT steps at a time.
         announce = (lambda: events.publish(job.id)) if job.stream else None
         head = (request.seq + 1, request.record_hash)
-        # A slot of the worker's batch engine, held while the job decodes (decoding.worker.runtime);
-        # a batch line's steps yield to interactive jobs'.
+        # A slot of the worker's sequence engine, held while the job decodes
+        # (decoding.worker.runtime); a Batch API line's steps yield to interactive jobs'.
         with (
             LEASES.watching(job.id, attempt) as watch,
             models.sequence(
-                wall=job.matter_id, background=admission.is_batch_line(job.id)
+                wall=job.matter_id, background=fair_share.is_batch_line(job.id)
             ) as target,
             sink_for(
                 trail.id,

@@ -6,8 +6,8 @@ job's own context. Only a job's own matter is ever searched: one matter's text n
 in another's drafts (nor, so, in its records). Bounded by PATHFINDER_DRAFT_REFERENCE_TOKENS per
 worker process, least recently used jobs out first; a worker that restarts starts empty, and
 each worker remembers only the jobs it ran (docs/models.md, "Prompt cache and several workers").
-A batching worker's jobs end and start on threads of their own: every read and write of the
-store holds its lock (iterating it while another job's end evicted an entry raised).
+A worker's jobs of several sequences end and start on threads of their own: every read and
+write of the store holds its lock (iterating it while another job's end evicted an entry raised).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A worker's first job on a spec pays the load (weights, hashes, the verify-cost measurement);
 later jobs find the models warm. A worker with a threads pool decodes as many jobs at once as it
-has threads (PATHFINDER_WORKER_SEQUENCES, or `-c N`): a llama.cpp target then gets a BatchEngine
+has threads (PATHFINDER_WORKER_SEQUENCES, or `-c N`): a llama.cpp target then gets a SequenceEngine
 with one sequence slot per thread, and each job decodes on a slot of its own. A prefork worker
 (PATHFINDER_WORKER_SEQUENCES=1) decodes one job at a time per process on the target itself.
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from decoding import metrics
+from decoding import fair_share, metrics
 from decoding.engine import (
     AdaptiveSchedule,
     Drafter,
@@ -44,7 +44,7 @@ from decoding.kinds.stub import StubKind
 from decoding.models import ModelSpec
 
 if TYPE_CHECKING:
-    from decoding.engine.providers.llamacpp_batch import BatchEngine
+    from decoding.engine.providers.llamacpp_sequences import SequenceEngine
 
 
 @dataclass
@@ -60,11 +60,11 @@ class LoadedModels:
     # kept for the process's life, as a worker's loaded models are.
     match_statistics: dict[Hashable, MatchStatistics] = field(default_factory=dict)
     # The jobs' shared passes over the target, on a worker decoding several jobs at once.
-    engine: BatchEngine | None = None
+    engine: SequenceEngine | None = None
 
     @contextmanager
     def sequence(self, *, wall: Hashable, background: bool = False) -> Iterator[Provider]:
-        """The target as one job behind `wall` sees it: a slot of the batch engine (held until
+        """The target as one job behind `wall` sees it: a slot of the sequence engine (held until
         the job is done; a background job's steps yield to interactive ones), or the target
         itself on a worker decoding one job at a time."""
         if self.engine is None:
@@ -110,7 +110,9 @@ class LoadedModels:
 
 
 _loaded: dict[tuple[int, object], LoadedModels] = {}
-_loading = threading.Lock()  # the jobs a batching worker starts at once load a spec once
+_loading = (
+    threading.Lock()
+)  # the jobs a worker of several sequences starts at once load a spec once
 # Jobs this process decodes at once (decoding.tasks sets it from the worker's pool).
 _sequences = 1
 
@@ -133,10 +135,10 @@ _held_lock = threading.Lock()
 def matter_slot(matter_id, others_waiting: Callable[[object], bool]) -> Iterator[None]:
     """Hold one of this worker's sequence slots for a job of `matter_id` while it runs. A matter
     holding every other slot may not take the last one while others_waiting(matter_id) says
-    another matter has a job queued: NoFairSlot, and the job goes back to the queue."""
+    another matter has a job queued (fair share's rule 6, fair_share.keeps_last_slot):
+    NoFairSlot, and the job goes back to the queue."""
     with _held_lock:
-        busy = sum(_held.values())
-        if 1 < _sequences == busy + 1 and _held[matter_id] == busy and others_waiting(matter_id):
+        if fair_share.keeps_last_slot(_sequences, _held, matter_id, others_waiting):
             raise NoFairSlot(f"the last of {_sequences} slots is kept for another matter")
         _held[matter_id] += 1
     try:
@@ -199,9 +201,9 @@ def _load(spec: ModelSpec) -> LoadedModels:
         verify_cost = measure_verify_cost(
             target, curve_context(tokenizer), positions=CURVE_POSITIONS
         )
-    engine = kind.batch(target, _sequences) if _sequences > 1 else None
+    engine = kind.sequence_engine(target, _sequences) if _sequences > 1 else None
     if engine is not None:
-        engine.on_pass = metrics.batch_pass
+        engine.on_pass = metrics.engine_pass
     return LoadedModels(spec.name, drafter, target, tokenizer, verify_cost, engine=engine)
 
 

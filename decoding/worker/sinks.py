@@ -27,14 +27,14 @@ from decoding.metrics import AUDIT_COMMIT_SECONDS
 # commit per step costs 16-29% of decode time on the default model, one per 16 steps 3-7%
 # (bench/results/heldout-*): most of a commit's cost is per commit, not per record. The
 # decoder still flushes before any token leaves.
-BATCH_STEPS = 64
+STEPS_PER_COMMIT = 64
 
 
 class TrailSink(AuditSink):
-    """Appends records to one trail, in one transaction per batch of steps, after the head its
-    last append left (`head`: the next seq and the head hash); it is the trail's only writer.
-    Each step is sealed under the trail's `salt`, as its `format_version` seals (audit formats
-    3 and 4): the record holds commitments, the row beside it their values."""
+    """Appends records to one trail, in one transaction per STEPS_PER_COMMIT steps, after the
+    head its last append left (`head`: the next seq and the head hash); it is the trail's only
+    writer. Each step is sealed under the trail's `salt`, as its `format_version` seals (audit
+    formats 3 and 4): the record holds commitments, the row beside it their values."""
 
     def __init__(
         self,
@@ -43,13 +43,13 @@ class TrailSink(AuditSink):
         head: tuple[int, str],
         salt: str,
         format_version: int = binding.FORMAT_VERSION,
-        batch_steps: int = BATCH_STEPS,
+        steps_per_commit: int = STEPS_PER_COMMIT,
     ):
         self.trail_id = trail_id
         self._head = head
         self._salt = salt
         self._format_version = format_version
-        self._batch_steps = batch_steps
+        self._steps_per_commit = steps_per_commit
         self._pending: list[str] = []
         self._openings: list[str] = []
 
@@ -57,7 +57,7 @@ class TrailSink(AuditSink):
         text, values = sealed_decision(record.payload(), self._salt, self._format_version)
         self._pending.append(text)
         self._openings.append(values)
-        if len(self._pending) >= self._batch_steps:
+        if len(self._pending) >= self._steps_per_commit:
             self.flush()
 
     def flush(self) -> None:
@@ -145,7 +145,7 @@ class BackgroundTrailSink(AuditSink):
                 f"audit store could not commit a step of trail {self._sink.trail_id}"
             ) from self._error
 
-    def _next_batch(self, last_commit: float) -> list[StepRecord]:
+    def _next_commit(self, last_commit: float) -> list[StepRecord]:
         """What to commit next, once there is something and the interval since the last commit
         has passed (at once for a flush or close); nothing once closing with nothing queued."""
         with self._changed:
@@ -154,16 +154,16 @@ class BackgroundTrailSink(AuditSink):
             self._changed.wait_for(
                 lambda: self._hurry or self._closing, timeout=max(0.0, due - time.monotonic())
             )
-            batch, self._queued = self._queued, []
-            self._busy = bool(batch)
-            return batch
+            steps, self._queued = self._queued, []
+            self._busy = bool(steps)
+            return steps
 
     def _commit_queued(self) -> None:
         last_commit = float("-inf")
         try:
-            while batch := self._next_batch(last_commit):
+            while steps := self._next_commit(last_commit):
                 last_commit = time.monotonic()
-                for record in batch:
+                for record in steps:
                     self._sink.record(record)
                 self._sink.flush()
                 with self._changed:
@@ -190,7 +190,7 @@ def sink_for(
 ) -> Iterator[AuditSink]:
     """The sink for one attempt's steps, appended after `head` and sealed under the trail's
     `salt` as its `format_version` seals. Without `committed` the records
-    batch (a job answered at the end); with it (a stream) each step is committed as soon as it
+    commit (a job answered at the end); with it (a stream) each step is committed as soon as it
     is decided and `committed` is called after each commit: in the background on PostgreSQL
     when the caller is in autocommit (a worker), whose commits need no lock on the trail; on the
     decoder's thread otherwise (SQLite's single writer; a caller's open transaction, which

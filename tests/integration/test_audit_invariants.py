@@ -10,7 +10,7 @@ from django.db import connection
 from audit.models import DecisionRecord, LedgerEntry, Trail, VerificationRun
 from audit.selectors import trail_clear_decisions, trail_decisions
 from audit.verification import verify_trails
-from decoding.worker.sinks import BATCH_STEPS
+from decoding.worker.sinks import STEPS_PER_COMMIT
 
 
 def emitted_by_records(trail_id) -> list[int]:
@@ -41,7 +41,7 @@ def test_eos_ends_the_output_with_the_eos_token(run_job):
 
 @pytest.fixture
 def disk_full_in_the_second_batch():
-    """A real PostgreSQL error on the audit insert path: the INSERT of record BATCH_STEPS + 1
+    """A real PostgreSQL error on the audit insert path: the INSERT of record STEPS_PER_COMMIT + 1
     (after the request record and one batch of decisions) fails the way a full tablespace fails
     (SQLSTATE 53100), so the first batch of records is committed and the second is not. Rolled
     back with the test."""
@@ -59,7 +59,7 @@ def disk_full_in_the_second_batch():
             CREATE TRIGGER test_disk_full BEFORE INSERT ON audit_decisionrecord
                 FOR EACH ROW EXECUTE FUNCTION pg_temp.disk_full();
             """,
-            [BATCH_STEPS + 1],
+            [STEPS_PER_COMMIT + 1],
         )
 
 
@@ -78,7 +78,7 @@ def test_a_store_that_cannot_commit_fails_the_job_closed(
     assert "No space left on device" in logged[-1].cause
     assert job.output_token_ids == []
     # What was committed before the fault still verifies, and the API releases no text.
-    assert trail_decisions(trail_id=job.trail_id).count() == BATCH_STEPS
+    assert trail_decisions(trail_id=job.trail_id).count() == STEPS_PER_COMMIT
     assert not DecisionRecord.objects.filter(trail_id=job.trail_id, kind="answer").exists()
     assert verify_trails([job.trail_id], scope="test").ok
     body = owner.api.get(f"/api/v1/generations/{job.id}").json()
@@ -89,7 +89,7 @@ def test_a_store_that_cannot_commit_fails_the_job_closed(
 
 def test_records_committed_in_batches_chain_exactly_as_one_by_one(run_job):
     job = run_job(max_tokens=1000)
-    assert job.steps > 2 * BATCH_STEPS  # three transactions, the last one partial
+    assert job.steps > 2 * STEPS_PER_COMMIT  # three transactions, the last one partial
     records = list(DecisionRecord.objects.filter(trail_id=job.trail_id).order_by("seq"))
     trail = Trail.objects.get(pk=job.trail_id)
     # The request record, a decision per step, the answer record.

@@ -2,7 +2,7 @@
 shuffled file of documents x questions is fed a document at a time, one line a turn by default
 and up to PATHFINDER_BATCH_DOCUMENT_LINES when it is raised, so the worker evaluates each
 document once and decodes its questions in the same passes (that part:
-tests/models/test_batch_engine.py); the output stays in the file's order; lines of two matters
+tests/models/test_sequence_engine.py); the output stays in the file's order; lines of two matters
 are never one turn."""
 
 from __future__ import annotations

@@ -325,8 +325,8 @@ def test_another_matters_sustained_calls_never_hold_a_sent_line_back_for_good(
 def test_a_workers_pass_holds_a_line_back_for_an_interactive_job_but_not_the_reverse(
     owner, monkeypatch
 ):
-    """The stub pair decodes without a batch engine, so this checks what each job asks of the
-    worker's slot; the engine's holding back is tests/models/test_batch_engine.py's."""
+    """The stub pair decodes without a sequence engine, so this checks what each job asks of the
+    worker's slot; the engine's holding back is tests/models/test_sequence_engine.py's."""
     from decoding.worker import runtime
 
     asked = {}

@@ -43,7 +43,7 @@ from decoding import batches, services
 from decoding.models import Batch, GenerationJob, ModelSpec
 from decoding.services import job_cancel, job_submit
 from decoding.worker import execution, leases
-from decoding.worker.sinks import BATCH_STEPS
+from decoding.worker.sinks import STEPS_PER_COMMIT
 from reviewers.selectors import with_verification
 from tests.cast import grant, logged_in
 
@@ -107,7 +107,7 @@ def every_state(owner, run_job, beat, monkeypatch):
         raise RuntimeError("the decoder fell over")
 
     mid_way = submitted(owner, max_tokens=1024)
-    stopped_at_step(monkeypatch, BATCH_STEPS + 8, fault)  # records committed before the fault
+    stopped_at_step(monkeypatch, STEPS_PER_COMMIT + 8, fault)  # records committed before the fault
     execution.job_run(job_id=mid_way.id)
     states["failed mid-way"] = mid_way
 

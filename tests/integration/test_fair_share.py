@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from audit.store import trail_append, trail_open
-from decoding.admission import OverCapacity, admit
+from decoding.fair_share import OverCapacity, admit
 from decoding.models import GenerationJob
 from decoding.services import job_submit
 from decoding.web import relay, waiting
@@ -241,7 +241,7 @@ def three_slots():
 def test_a_backlog_may_not_take_a_workers_last_slot_while_another_matter_waits(
     owner, outsider, three_slots
 ):
-    from decoding.admission import others_waiting
+    from decoding.fair_share import others_waiting
     from decoding.worker.execution import TryLater, job_run
 
     runtime = three_slots

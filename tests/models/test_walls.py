@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from decoding.engine import DraftModelDrafter
-from decoding.engine.providers.llamacpp_batch import BatchEngine
+from decoding.engine.providers.llamacpp_sequences import SequenceEngine
 
 HELDOUT = Path(__file__).resolve().parents[2] / "bench" / "data" / "heldout"
 # Matter A's confidential document, and another it also reads.
@@ -74,12 +74,12 @@ def test_the_walls_keep_exactness_logits_after_another_matters_turn_equal_a_fres
 
 @pytest.fixture
 def engine(make_llama):
-    def make(prompt_cache_bytes: int, sequences: int = 2) -> BatchEngine:
+    def make(prompt_cache_bytes: int, sequences: int = 2) -> SequenceEngine:
         base = make_llama(n_ctx=2048, prompt_cache_bytes=prompt_cache_bytes)
-        engines.append(BatchEngine(base, sequences=sequences))
+        engines.append(SequenceEngine(base, sequences=sequences))
         return engines[-1]
 
-    engines: list[BatchEngine] = []
+    engines: list[SequenceEngine] = []
     yield make
     for made in engines:
         made.close()

@@ -8,7 +8,7 @@ proof that the attack works and the wall is what stops it. It is also what the m
 users are owed: their cache keeps working.
 
 - the prefix oracle through counts: `<A's preamble>$` plus one candidate character, read from
-  `usage.prompt_tokens_details.cached_tokens`, with the worker's prompt cache and batch engine;
+  `usage.prompt_tokens_details.cached_tokens`, with the worker's prompt cache and sequence engine;
 - the same through latency: many trials, medians compared, never single timings;
 - slot reuse with the prompt cache off, on a batching worker and on a prefork one;
 - cross-matter drafting: a job never copies drafts from another matter's remembered jobs.

@@ -106,8 +106,9 @@ class Drafter(ABC):
         """
 
     def for_generation(self) -> Drafter:
-        """A drafter for one generation that may run beside others (a worker batching jobs):
-        this one when it keeps nothing per generation, else a fresh one like it."""
+        """A drafter for one generation that may run beside others (a worker decoding several
+        jobs in shared passes): this one when it keeps nothing per generation, else a fresh one
+        like it."""
         return self
 
     def walled(self, wall: Hashable) -> Drafter:

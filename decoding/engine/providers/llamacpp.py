@@ -232,7 +232,7 @@ class LlamaCppProvider(Provider):
 
     @property
     def model(self):
-        """The loaded llama.cpp model (a BatchEngine makes its own context on it)."""
+        """The loaded llama.cpp model (a SequenceEngine makes its own context on it)."""
         return self._llama.model
 
     @property

@@ -5,7 +5,7 @@ worker threads of its own, and the team stays. Once a process holds more such th
 has cores, libgomp stops letting idle workers spin (its throttled spin count), and each graph
 then pays for waking them: a one-token step of the default model took 32-37 ms instead of 10 on
 a 2-core machine once a second thread had evaluated (docs/adr/0015). A
-worker decodes from several threads (a BatchEngine's, a replay's, a draft model's), so every
+worker decodes from several threads (a SequenceEngine's, a replay's, a draft model's), so every
 evaluation is handed to this thread; evaluations also never overlap, which on two cores would
 have each spin on the cores the other needs.
 """

@@ -9,7 +9,7 @@ ENGINE = Path(decoding.engine.__file__).parent
 # A tokenizer's reading for the grammar library (llguidance) is made beside the tokenizer.
 RUNTIMES = {
     "llamacpp.py": {"llama_cpp", "llguidance"},
-    "llamacpp_batch.py": {"llama_cpp"},
+    "llamacpp_sequences.py": {"llama_cpp"},
     "transformers_hf.py": {"torch", "transformers", "llguidance"},
     "remote.py": {"requests"},  # a model server over HTTP
 }

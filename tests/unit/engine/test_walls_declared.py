@@ -12,7 +12,7 @@ ENGINE = Path(decoding.engine.__file__).parent
 # Classes that keep nothing one call leaves for another's benefit, and why.
 KEEPS_NOTHING = {
     "StubProvider": "a pure function of the context",
-    "SequenceProvider": "a slot of a BatchEngine, opened behind its job's wall",
+    "SequenceProvider": "a slot of a SequenceEngine, opened behind its job's wall",
     "Walled": "the wall's view itself",
     "PromptLookupDrafter": "copies from the references each generation is handed (by matter)",
     "RecordedDrafts": "a replay's recorded drafts",

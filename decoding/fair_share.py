@@ -1,20 +1,28 @@
-"""Fair share: how much of the service one key or one matter may hold at once, and the order in
-which matters' jobs reach the workers.
+"""Fair share: who runs next. Every rule of it, numbered as docs/fair-share.md sets them out and
+says how they combine: what one key, matter or reviewer may hold at once (1), a web process's
+wait slots between matters (2), the queue's order (3), the Batch API feed's turns (4), and a
+worker's last sequence slot (6). Rule 5 (which worker holds a document) is decoding.affinity's;
+rule 7 (a Batch API line's step yields to interactive ones inside a pass) is the engine's
+(decoding.engine.providers.llamacpp_sequences, BACKGROUND_WAIT_S), which imports no Django.
 
-The caps are counted in the database, under a lock on the key's or matter's row, so they hold
-across every web process; a refused request changes nothing and is told which cap it met and
-when to try again (429, Retry-After).
+The rules that count are counted in the database, under a lock on the key's, matter's or user's
+row, so they hold across every web process; a refused request changes nothing and is told which
+cap it met and when to try again (429, Retry-After). The rules over a process's own counts
+(2 and 6) are pure functions here, and the process that holds the counts asks them.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from django.conf import settings
 
 from decoding.models import ApiKey, BatchLine, GenerationJob, Matter, Replay
 
 RETRY_AFTER_DEFAULT_S = 5
+Turn = TypeVar("Turn")
 
 
 class OverCapacity(Exception):
@@ -24,6 +32,9 @@ class OverCapacity(Exception):
         super().__init__(f"{setting}: {message}")
         self.setting = setting
         self.retry_after_s = retry_after_s
+
+
+# --- 1. What one key, matter or reviewer may hold at once -----------------------------------
 
 
 def admit(*, matter: Matter, api_key: ApiKey | None, caller_waits: bool) -> None:
@@ -74,10 +85,31 @@ def admit_replay(*, user) -> None:
         )
 
 
+# --- 2. A web process's wait slots --------------------------------------------------------------
+
+
+def may_take_wait_slot(held: Mapping[object, int], matter, size: int) -> bool:
+    """Whether `matter` may take one more of a web process's `size` wait slots
+    (PATHFINDER_WEB_MAX_WAITING), `held` being the slots each matter holds now. A matter holding
+    none takes any free slot; one holding some takes another while it holds fewer than an equal
+    share, between the matters holding slots, of all but a quarter of them (at least one). So a
+    matter alone holds three quarters at most, a second matter's calls take the rest at once,
+    and as the first's waits end the two shares even out."""
+    shared = size - max(1, size // 4)
+    mine = held.get(matter, 0)
+    holders = sum(1 for count in held.values() if count)
+    if sum(held.values()) >= size:
+        return False
+    return not mine or mine < shared // holders
+
+
+# --- 3. The queue's order --------------------------------------------------------------------
+
+
 def is_batch_line(job_id) -> bool:
     """Whether the job is a batch line (decoding.batches): behind its matter's calls in the
     queue, and behind interactive jobs in a worker's passes
-    (decoding.engine.providers.llamacpp_batch)."""
+    (decoding.engine.providers.llamacpp_sequences)."""
     return BatchLine.objects.filter(job_id=job_id).exists()
 
 
@@ -98,6 +130,41 @@ def queue_priority(job: GenerationJob) -> int:
     if is_batch_line(job.pk):
         return min(in_flight + 1, lowest)
     return min(in_flight, lowest - 1)
+
+
+# --- 4. The Batch API feed's turns -------------------------------------------------------------
+
+
+def matters_with_calls_queued() -> set:
+    """The matters with an interactive job queued: the feed skips their batches (within a
+    matter, interactive first)."""
+    queued = interactive_jobs().filter(status=GenerationJob.Status.QUEUED)
+    return set(queued.values_list("matter_id", flat=True).distinct())
+
+
+def in_turn(turns: Mapping[object, Sequence[Turn]], free: int) -> list[Turn]:
+    """Up to `free` turns, one of each matter's in turn (`turns`: each matter's next turns, in
+    its order), so no matter's backlog holds another's lines back."""
+    queues = [list(matter_turns) for matter_turns in turns.values()]
+    picked: list[Turn] = []
+    while len(picked) < free and any(queues):
+        for queue in queues:
+            if queue and len(picked) < free:
+                picked.append(queue.pop(0))
+    return picked
+
+
+# --- 6. A worker's last sequence slot ---------------------------------------------------------
+
+
+def keeps_last_slot(
+    sequences: int, held: Mapping[object, int], matter, others_waiting: Callable[[object], bool]
+) -> bool:
+    """Whether a worker of `sequences` slots, `held` being its running jobs by matter, keeps its
+    last free slot from `matter`: so when the matter holds every other slot and another matter
+    has an interactive job queued (others_waiting, asked last: it reads the database)."""
+    busy = sum(held.values())
+    return 1 < sequences == busy + 1 and held.get(matter, 0) == busy and others_waiting(matter)
 
 
 def others_waiting(matter_id) -> bool:

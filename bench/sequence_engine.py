@@ -1,15 +1,15 @@
-"""The batch engine alone: N jobs decoded together in one process, without Django or the audit.
+"""The sequence engine alone: N jobs decoded together in one process, without Django or the audit.
 
-    .venv/bin/python bench/batch_engine.py [--sizes 1,4,16] [--max-tokens 64] [--out DIR]
+    .venv/bin/python bench/sequence_engine.py [--sizes 1,4,16] [--max-tokens 64] [--out DIR]
 
 bench/throughput.py measures the deployed service; this isolates the engine
-(decoding.engine.providers.llamacpp_batch) and the draft schedule a worker gives each job, so
+(decoding.engine.providers.llamacpp_sequences) and the draft schedule a worker gives each job, so
 the gap between the service and the ceiling can be split into the engine's share and the rest.
 For each N, on the same held-out prompts as bench/throughput.py (half greedy, half sampled), side
 by side in one run:
 
 - plain: llama.cpp decoding one token per call, one job after another (greedy);
-- engine: N threads, each a SpeculativeDecoder on a slot of one BatchEngine, prompt lookup with
+- engine: N threads, each a SpeculativeDecoder on a slot of one SequenceEngine, prompt lookup with
   the worker's MatchSchedule priced on the pass it shares (records kept in memory);
 - engine, single-sequence curve: the same, each schedule priced as if it were alone (the
   schedule before issue 21 item 3);
@@ -53,7 +53,7 @@ def engine(
     from decoding.engine.decoder import STEP_PARTS as PARTS
     from decoding.engine.decoder import AuditSink
     from decoding.engine.providers.llamacpp import LlamaCppProvider
-    from decoding.engine.providers.llamacpp_batch import BatchEngine
+    from decoding.engine.providers.llamacpp_sequences import SequenceEngine
     from decoding.engine.providers.model_thread import MODEL_THREAD
     from decoding.worker.runtime import CURVE_POSITIONS, curve_context
 
@@ -68,7 +68,7 @@ def engine(
     curve = MODEL_THREAD.run(
         measure_verify_cost, base, curve_context(base.tokenizer), CURVE_POSITIONS
     )
-    batch = BatchEngine(base, sequences=len(prompts))
+    batch = SequenceEngine(base, sequences=len(prompts))
     passes: list[tuple[int, int, float]] = []
     batch.on_pass = lambda sequences, positions, seconds: passes.append(
         (sequences, positions, seconds)
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     }
     report["load"]["after"] = load_average()
     text = markdown(report)
-    save_results(args.out, "batch-engine", report, text)
+    save_results(args.out, "sequence-engine", report, text)  # batch-engine-*.md before issue 45
     print(text)
     return 0
 
@@ -171,7 +171,7 @@ def main(argv=None) -> int:
 def markdown(report: dict) -> str:
     m = report["machine"]
     lines = [
-        f"# The batch engine alone ({report['date']})",
+        f"# The sequence engine alone ({report['date']})",
         "",
         f"`{report['command']}` at {report['revision']}; {m['cpu']} ({m['simd']}), "
         f"{m['cores']} cores; load average before {report['load']['before_run']}, after "

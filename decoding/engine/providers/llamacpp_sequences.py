@@ -1,4 +1,5 @@
-"""Many sequences decoded together by one llama.cpp context: a worker's continuous batching.
+"""Many sequences decoded together by one llama.cpp context: a worker's sequence engine
+(what serving systems call continuous batching; here "batch" means the Batch API alone).
 
 One forward pass reads every weight once however many positions it carries, so the verify
 positions of several jobs cost little more together than one job's alone. The engine owns a
@@ -6,7 +7,7 @@ second context on the loaded model with one KV stream per sequence slot (llama.c
 off): a sequence's cells start at cell 0 of its own stream in position order, exactly where a
 context holding it alone puts them, so with the batch-invariant kernels (patches/llama.cpp) a
 position's logits are bit for bit what the sequence alone gets, whoever shares the pass
-(tests/models/test_batch_engine.py).
+(tests/models/test_sequence_engine.py).
 
 Each job's decoder runs in its own thread and sees a `SequenceProvider`; its model calls become
 requests the engine thread gathers into steps. llama.cpp computes one pass over streams only when
@@ -97,7 +98,7 @@ class _Request:
         return len(self.tokens) - self.start
 
 
-class BatchEngine:
+class SequenceEngine:
     """Decodes up to `sequences` sequences of one loaded llama.cpp model together.
 
     `open()` hands a job a SequenceProvider bound to a free slot (blocking while none is); its
@@ -148,7 +149,7 @@ class BatchEngine:
         self.positions = 0  # positions those passes carried, filler included
         # Told of each pass: (sequences with positions in it, positions, seconds).
         self.on_pass: Callable[[int, int, float], None] | None = None
-        self._thread = threading.Thread(target=self._run, name="batch-engine", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="sequence-engine", daemon=True)
         self._thread.start()
         weakref.finalize(self, _free, self._ctx, self._batch)
 
@@ -171,7 +172,7 @@ class BatchEngine:
             ):
                 raise TimeoutError("no free sequence slot")
             if self._closed:
-                raise EngineClosed("the batch engine is closed")
+                raise EngineClosed("the sequence engine is closed")
             slot = next(s for s in self._slots if not s.open)
             slot.open, slot.wall, slot.background = True, wall, background
         return SequenceProvider(self, slot)
@@ -204,7 +205,7 @@ class BatchEngine:
         request = _Request(slot, tokens, outputs)
         with self._lock:
             if self._closed:
-                raise EngineClosed("the batch engine is closed")
+                raise EngineClosed("the sequence engine is closed")
             self._pending.append(request)
             self._lock.notify_all()
         request.done.wait()
@@ -255,7 +256,7 @@ class BatchEngine:
                     self._lock.wait(self._next_due())
                 if self._closed:
                     for request in self._pending:
-                        _finish(request, EngineClosed("the batch engine is closed"))
+                        _finish(request, EngineClosed("the sequence engine is closed"))
                     return
                 # Gather: every stepping sequence's next request, or what came meanwhile.
                 deadline = time.monotonic() + max(self._gather_s, self._last_pass_s)
@@ -458,9 +459,9 @@ def _free(ctx, batch) -> None:
 
 
 class SequenceProvider(Provider):
-    """One job's view of a BatchEngine: the base model's provider contract, on one slot."""
+    """One job's view of a SequenceEngine: the base model's provider contract, on one slot."""
 
-    def __init__(self, engine: BatchEngine, slot: _Slot) -> None:
+    def __init__(self, engine: SequenceEngine, slot: _Slot) -> None:
         self._engine = engine
         self._slot = slot
         self.identity = engine.base.identity

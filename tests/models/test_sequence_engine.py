@@ -1,5 +1,5 @@
 """Continuous batching on the real model (issue 21 items 1 and 4): jobs decoded together by one
-BatchEngine, each in its own thread, make the records they make alone, byte for byte but the
+SequenceEngine, each in its own thread, make the records they make alone, byte for byte but the
 timings, whoever their neighbours are and however full the batch is.
 
 The jobs are the held-out prompts (bench/data/heldout: legal documents with questions, and open
@@ -28,7 +28,7 @@ from decoding.engine import (
     SpeculativeDecoder,
 )
 from decoding.engine.providers.base import ALONE, Neighbours
-from decoding.engine.providers.llamacpp_batch import PREFILL_CHUNK, BatchEngine
+from decoding.engine.providers.llamacpp_sequences import PREFILL_CHUNK, SequenceEngine
 
 from .conftest import ListSink
 
@@ -94,7 +94,7 @@ def _without_timings(payload: dict) -> dict:
 
 
 def decode_together(
-    engine: BatchEngine, requests, schedule=lambda sequence: FixedSchedule(6)
+    engine: SequenceEngine, requests, schedule=lambda sequence: FixedSchedule(6)
 ) -> list[tuple[list[dict], object]]:
     """Every request in a thread of its own on one engine, all started at once, each with
     schedule(its sequence)."""
@@ -140,7 +140,7 @@ def all_at_once(*calls) -> None:
         thread.join(timeout=120)
 
 
-def ask_together(engine: BatchEngine, prompts: list[list[int]]) -> tuple[dict, dict]:
+def ask_together(engine: SequenceEngine, prompts: list[list[int]]) -> tuple[dict, dict]:
     """Every prompt prefilled on a slot of its own, all reaching one gathered step, then its
     next-token logits: (tokens each prefill reused, logits), by prompt index."""
     reused, got = {}, {}
@@ -163,7 +163,7 @@ def ask_together(engine: BatchEngine, prompts: list[list[int]]) -> tuple[dict, d
 def test_jobs_decoded_in_a_batch_make_the_records_they_make_alone(base, jobs, size, first):
     # A different window of the jobs each time, so a job meets different neighbours.
     requests = [jobs[(first + i) % len(jobs)] for i in range(size)]
-    engine = BatchEngine(base, sequences=size)
+    engine = SequenceEngine(base, sequences=size)
     try:
         batched = decode_together(engine, requests)
         passes = engine.passes
@@ -182,7 +182,7 @@ def test_a_sequence_gets_the_logits_of_the_examiners_context_bit_for_bit(base, j
     prompt = list(jobs[0].prompt_token_ids)
     tail = [int(t) for t in np.random.default_rng(7).integers(100, 20000, size=9)]
     want = base.logits([*prompt, *tail], 10)
-    engine = BatchEngine(base, sequences=3)
+    engine = SequenceEngine(base, sequences=3)
     try:
         with engine.open() as alone:
             alone.prefill(prompt)
@@ -218,7 +218,7 @@ def test_draft_lengths_chosen_for_the_whole_pass_replay_alone_identical(base, jo
     """The worker's schedule in a batch prices each step as the pass it shares (issue 21 item
     3): what it chose depends on the neighbours, so a replay takes the recorded lengths."""
     requests = [jobs[(7 + i) % len(jobs)] for i in range(8)]
-    engine = BatchEngine(base, sequences=8)
+    engine = SequenceEngine(base, sequences=8)
     try:
         batched = decode_together(
             engine,
@@ -232,7 +232,7 @@ def test_draft_lengths_chosen_for_the_whole_pass_replay_alone_identical(base, jo
 
 
 def test_a_slot_is_told_how_many_slots_the_last_pass_padded_it_with(base, jobs):
-    engine = BatchEngine(base, sequences=3, gather_s=30)  # a pass waits for both requests
+    engine = SequenceEngine(base, sequences=3, gather_s=30)  # a pass waits for both requests
     first, second = (list(job.prompt_token_ids)[:20] for job in jobs[:2])
 
     def together(*calls) -> None:
@@ -272,7 +272,7 @@ def test_a_background_sequence_waits_while_an_interactive_one_decodes(base, jobs
     (within BACKGROUND_WAIT_S), so the interactive one decodes in passes of its own; the line
     steps once it closes, with the logits it gets alone."""
     line_prompt, call_prompt = (list(job.prompt_token_ids)[:30] for job in jobs[:2])
-    engine = BatchEngine(base, sequences=2, background_wait_s=60)
+    engine = SequenceEngine(base, sequences=2, background_wait_s=60)
     carried: list[int] = []
     engine.on_pass = lambda sequences, positions, seconds: carried.append(sequences)
     got = {}
@@ -300,7 +300,7 @@ def test_a_held_background_request_steps_once_it_has_waited_the_bound(base, jobs
     """Under steady interactive load a line still steps, about once per BACKGROUND_WAIT_S:
     its lease is renewed only while it steps."""
     line_prompt, call_prompt = (list(job.prompt_token_ids)[:30] for job in jobs[:2])
-    engine = BatchEngine(base, sequences=2, background_wait_s=0.3)
+    engine = SequenceEngine(base, sequences=2, background_wait_s=0.3)
     got = {}
     try:
         with engine.open(background=True) as line, engine.open() as call:
@@ -327,7 +327,7 @@ def test_a_long_prompt_is_taken_in_chunks_while_the_others_decode(base, jobs):
     stepping between its chunks, and both get their own logits."""
     short = list(jobs[1].prompt_token_ids)[:40]
     long = (list(jobs[0].prompt_token_ids) * 3)[: 3 * PREFILL_CHUNK + 10]
-    engine = BatchEngine(base, sequences=2)
+    engine = SequenceEngine(base, sequences=2)
     try:
         with engine.open() as decoding, engine.open() as arriving:
             decoding.prefill(short)
@@ -355,7 +355,7 @@ def test_a_long_prompt_is_taken_in_chunks_while_the_others_decode(base, jobs):
 
 def test_a_slots_next_job_reuses_the_prompt_prefix_its_stream_holds(base, jobs):
     prompt = list(jobs[0].prompt_token_ids)
-    engine = BatchEngine(base, sequences=1)
+    engine = SequenceEngine(base, sequences=1)
     try:
         with engine.open() as first:
             assert first.prefill(prompt) == 0
@@ -369,7 +369,7 @@ def test_a_slots_next_job_reuses_the_prompt_prefix_its_stream_holds(base, jobs):
 
 
 def test_a_bad_token_fails_its_own_sequence_only(base, jobs):
-    engine = BatchEngine(base, sequences=2)
+    engine = SequenceEngine(base, sequences=2)
     try:
         with engine.open() as good, engine.open() as bad:
             with pytest.raises(ValueError, match="token ids"):
@@ -381,7 +381,7 @@ def test_a_bad_token_fails_its_own_sequence_only(base, jobs):
 
 
 def test_open_waits_for_a_free_slot(base):
-    engine = BatchEngine(base, sequences=1)
+    engine = SequenceEngine(base, sequences=1)
     try:
         held = engine.open()
         with pytest.raises(TimeoutError):
@@ -399,7 +399,7 @@ def test_the_prompt_cache_serves_every_slot(make_llama, served_gguf, jobs):
     document = list(jobs[0].prompt_token_ids)[:-8]
     first = [*document, *base.tokenizer.encode(" Who may terminate it?", add_special=False)]
     second = [*document, *base.tokenizer.encode(" Which law governs it?", add_special=False)]
-    engine = BatchEngine(base, sequences=2)
+    engine = SequenceEngine(base, sequences=2)
     try:
         with engine.open() as one, engine.open() as two:
             assert one.prefill(first) == 0
@@ -421,7 +421,7 @@ def test_a_restore_into_a_slot_another_prompt_shares_leaves_that_prompt_its_cell
     base = make_llama(path=served_gguf, n_ctx=N_CTX, prompt_cache_bytes=256 << 20)
     a, b, other = (list(jobs[i].prompt_token_ids) for i in (0, 4, 1))
     question = base.tokenizer.encode(" Answer briefly.", add_special=False)
-    engine = BatchEngine(base, sequences=3, gather_s=0.5)
+    engine = SequenceEngine(base, sequences=3, gather_s=0.5)
     try:
         with engine.open() as first, engine.open() as second:
             first.prefill(a)  # slot 0 holds a
@@ -460,7 +460,7 @@ def test_questions_sent_together_about_one_document_evaluate_it_once(make_llama,
     document = list(jobs[0].prompt_token_ids)[:-8]
     questions = [" Who may end it?", " Which law governs it?", " When is it due?", " Who pays?"]
     prompts = [[*document, *base.tokenizer.encode(q, add_special=False)] for q in questions]
-    engine = BatchEngine(base, sequences=4, gather_s=1.0)
+    engine = SequenceEngine(base, sequences=4, gather_s=1.0)
     reused, got = ask_together(engine, prompts)
     assert sorted(reused.values())[0] == 0
     assert all(n >= len(document) for n in sorted(reused.values())[1:]), reused
@@ -476,7 +476,7 @@ def test_prompts_sharing_less_than_a_step_do_not_wait_for_each_other(make_llama,
     base = make_llama(path=served_gguf, n_ctx=N_CTX, prompt_cache_bytes=256 << 20)
     instruction = base.tokenizer.encode("Summarise:", add_special=False)
     prompts = [[*instruction, *jobs[i].prompt_token_ids] for i in (1, 3)]  # two open texts
-    reused, got = ask_together(BatchEngine(base, sequences=2, gather_s=1.0), prompts)
+    reused, got = ask_together(SequenceEngine(base, sequences=2, gather_s=1.0), prompts)
     assert reused == {0: 0, 1: 0}
     examiner = make_llama(path=served_gguf, n_ctx=N_CTX)
     for i, prompt in enumerate(prompts):
