@@ -23,6 +23,7 @@ from decoding.batches import line_outcomes
 
 from . import charts, selectors, services
 from .custody_chain import custody_chain_pending, custody_verify
+from .custody_words import sentence
 from .forms import (
     MAX_PAGE,
     AnnotationForm,
@@ -344,6 +345,7 @@ def custody_log(request):
     report, since = custody_verify()
     context = {
         "page": page,
+        "events": [(event, sentence(event)) for event in page.rows],
         "report": report,
         "since": since,
         "visible_jobs": visible_jobs,

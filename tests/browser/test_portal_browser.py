@@ -84,6 +84,7 @@ def test_a_reviewer_logs_in_and_lands_on_the_trails_list_of_her_matter(
     assert set(job_rows(page)) == alices
     for name in FILTERS:
         expect(page.locator(f"[name={name}]")).to_have_count(1)
+    assert_fits_the_window(page)
     page.screenshot(path=str(screenshot_dir / "trails.png"), full_page=True)
 
 
@@ -269,10 +270,18 @@ def test_the_custody_log_lists_what_reviewers_did(page: Page, portal: Portal, sc
     events = page.locator("tr.custody-event")
     expect(events.first).to_be_visible()
     expect(events.filter(has_text=portal.jobs["walked"]["id"]).first).to_be_visible()
+    expect(events.filter(has_text="alice viewed").first).to_be_visible()  # in a sentence
+    assert_fits_the_window(page)
     page.screenshot(path=str(screenshot_dir / "custody.png"), full_page=True)
 
 
 # --- helpers --------------------------------------------------------------------------------------
+
+
+def assert_fits_the_window(page: Page) -> None:
+    """The page needs no sideways scrolling in the tests' 1280-pixel window."""
+    wide = page.evaluate("document.documentElement.scrollWidth")
+    assert wide <= page.viewport_size["width"], f"{page.url} is {wide} px wide"
 
 
 def offline_verify(bundle, *args: str) -> subprocess.CompletedProcess:

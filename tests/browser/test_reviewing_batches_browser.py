@@ -23,7 +23,7 @@ from tests.system.helpers import auth, describe
 
 from .helpers import Portal
 from .test_desk_browser import stack_key
-from .test_portal_browser import describe_run, log_in, offline_verify
+from .test_portal_browser import assert_fits_the_window, describe_run, log_in, offline_verify
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -62,7 +62,9 @@ def batch(portal: Portal) -> dict:
     return found
 
 
-def test_a_reviewer_follows_a_batch_to_each_lines_trail(page: Page, portal: Portal, batch):
+def test_a_reviewer_follows_a_batch_to_each_lines_trail(
+    page: Page, portal: Portal, batch, screenshot_dir
+):
     log_in(page, portal.alice)
     page.get_by_role("link", name="Batches").click()
     row = page.locator(f'tr[data-batch-id="{batch["id"]}"]')
@@ -77,8 +79,12 @@ def test_a_reviewer_follows_a_batch_to_each_lines_trail(page: Page, portal: Port
     expect(refused).to_contain_text("memo-2")
     expect(refused).to_contain_text("refused (400)")
     expect(refused.locator("td.refusal")).to_contain_text("top_p")
+    expect(refused.locator("td.question")).to_have_text("—")  # a refused line never ran
     first = page.locator('tr[data-line="1"]')
-    job_id = first.locator("a.walk").inner_text()
+    expect(first.locator("td.question")).to_have_text("(token ids)")  # the stub reads no text
+    job_id = first.locator("a.walk").get_attribute("title")
+    assert_fits_the_window(page)
+    page.screenshot(path=str(screenshot_dir / "batch.png"), full_page=True)
     first.locator("a.walk").click()
     expect(page).to_have_url(f"{portal.base_url}/portal/jobs/{job_id}/")
     expect(page.locator("#output a.token").first).to_be_visible()

@@ -11,7 +11,7 @@ import io
 import json
 import time
 from decimal import Decimal
-from html import escape
+from html import escape, unescape
 
 import psycopg
 import pytest
@@ -699,6 +699,31 @@ def test_every_reviewer_action_is_chained_in_the_custody_log(run_job, reviewer, 
     page = html(reviewer.get("/portal/custody/"))
     assert page.count('<tr class="custody-event"') == 7 and "chain intact" in page
     assert "verified through seq 6 by an earlier check" in page  # only what is new is walked
+
+
+def test_the_custody_log_says_each_event_in_a_sentence(run_job, reviewer, operator, beat):
+    """As a reviewer reads it: who did what to which trail or matter, with the recorded detail
+    one click away (issue 45 item 6)."""
+    job = run_job(max_tokens=20)
+    beat()
+    reviewer.get(f"/portal/jobs/{job.id}/?step=1")
+    reviewer.post(f"/portal/jobs/{job.id}/verify", **HTMX)
+    b"".join(reviewer.post(f"/portal/jobs/{job.id}/export").streaming_content)
+    reviewer.post(f"/portal/jobs/{job.id}/annotations", {"text": "Matches exhibit 4", "step": "0"})
+    call_command("legal_hold", "Doe v. Roe", "--on", "--reason", "Preservation order of 3 May",
+                 "--by", "rita", stdout=io.StringIO())  # fmt: skip
+    page = unescape(html(operator.get("/portal/custody/")))
+    said = [
+        "rita viewed step 1 of the trail.",
+        "rita verified the trail: intact,",
+        f"rita downloaded the trail's bundle pathfinder-{job.id}",
+        "rita annotated step 0: “Matches exhibit 4”.",
+        "rita (through ",
+        "placed a legal hold on matter “Doe v. Roe”: “Preservation order of 3 May”.",
+    ]
+    missing = [words for words in said if words not in page]
+    assert not missing, missing
+    assert page.count("<summary>as recorded</summary>") == 5
 
 
 def test_every_portal_write_leaves_a_custody_event(run_job, owner, reviewer, beat):

@@ -351,7 +351,7 @@
       check.fail(`bundle format ${format} does not let a verifier prove ${three}: ask for a new export (format 5)`);
       return;
     }
-    if (others.some((c) => !c.ok)) { check.detail = "not made again: the evidence failed the checks above"; return; }
+    if (others.some((c) => !c.ok)) { check.skipped = true; check.detail = "not made again: the evidence failed the checks above"; return; }
     if (!texts) { check.fail("this page carries no README templates (audit/evidence/bundle_texts.json)"); return; }
     let made;
     try { made = isMatter ? matterTexts(m, texts, format) : trailTexts(m, texts, format); } catch (e) {
@@ -366,8 +366,8 @@
 
   // --- the checks ------------------------------------------------------------------------------
 
-  class Check {
-    constructor(name) { this.name = name; this.failures = []; this.detail = ""; }
+  class Check {  // as offline_verify's: `skipped` is a check that could not run, counted apart
+    constructor(name) { this.name = name; this.failures = []; this.detail = ""; this.skipped = false; }
     fail(reason) { this.failures.push(reason); }
     get ok() { return this.failures.length === 0; }
   }
@@ -412,7 +412,7 @@
     return { trailId, head: prev, count: lines.length, payloads };
   }
 
-  async function checkLeafAndProof(m, chain, checkpoint, leafCheck, proofCheck) {
+  async function checkLeafAndProof(m, chain, checkpoint, leafCheck, hashCheck, proofCheck) {
     const leaf = json(m, "ledger-leaf.json", leafCheck);
     const proof = json(m, "inclusion-proof.json", proofCheck);
     if (!leaf || !proof) return null;
@@ -424,7 +424,8 @@
       if (sealed.head !== chain.head) leafCheck.fail("ledger leaf seals another head hash than the records' head");
     }
     const leafHash = await sha256(NUL, utf8(leaf.payload));
-    if (hex(leafHash) !== proof.leaf_hash) leafCheck.fail("leaf_hash is not SHA-256(0x00 || ledger payload)");
+    if (hex(leafHash) !== proof.leaf_hash) hashCheck.fail("leaf_hash is not SHA-256(0x00 || ledger payload)");
+    else hashCheck.detail = `SHA-256(0x00 || payload) = ${proof.leaf_hash}`;
     if (proof.leaf_index !== leaf.index) proofCheck.fail(`proof is for leaf ${proof.leaf_index}, the ledger leaf is entry ${leaf.index}`);
     const keys = Object.keys(sealed).sort().join(",");
     if (keys !== "head,job,outcome,records,trail,v" && keys !== "head,job,matter_tag,outcome,records,sealed_at,trail,v"
@@ -629,7 +630,7 @@
   async function checkReceipt(m, checkpoint, check) {
     const receipt = m.get("receipt.cose");
     if (!receipt) { check.fail("receipt.cose is missing"); return; }
-    if (!receipt.length) { check.detail = "none: the checkpoint was signed before receipts (receipt.cose is empty)"; return; }
+    if (!receipt.length) { check.skipped = true; check.detail = "none: the checkpoint was signed before receipts (receipt.cose is empty)"; return; }
     if (!checkpoint) { check.fail("no readable checkpoint to hold the receipt to"); return; }
     const key = parseKey(text(m.get("verifier-key.txt") ?? new Uint8Array()).trim(), 1);
     const leaf = JSON.parse(text(m.get("ledger-leaf.json")));
@@ -958,9 +959,10 @@
     const add = (name) => { const c = new Check(label + name); checks.push(c); return c; };
     const chainCheck = add("records and chain");
     const chain = await guarded(chainCheck, () => checkChain(m, chainCheck));
-    const leafCheck = add("ledger leaf"), proofCheck = add("inclusion proof");
-    const sealed = await guarded(leafCheck, () => checkLeafAndProof(m, chain, checkpoint, leafCheck, proofCheck));
-    const ruleCheck = add("decision rule");
+    // In offline_verify's order and under its names, so both count the same checks.
+    const leafCheck = add("ledger leaf"), ruleCheck = add("decision rule");
+    const hashCheck = add("leaf hash"), proofCheck = add("inclusion proof");
+    const sealed = await guarded(leafCheck, () => checkLeafAndProof(m, chain, checkpoint, leafCheck, hashCheck, proofCheck));
     await guarded(ruleCheck, () => checkDecisions(m, chain, ruleCheck));
     const textCheck = add("question and answer");
     await guarded(textCheck, () => checkTexts(m, chain, textCheck));
@@ -1029,7 +1031,7 @@
     const checks = [];
     const add = (name) => { const c = new Check(name); checks.push(c); return c; };
     const result = (kind) => ({ kind, ok: checks.every((c) => c.ok), checks: checks.map(
-      (c) => ({ name: c.name, ok: c.ok, failures: c.failures, detail: c.detail })) });
+      (c) => ({ name: c.name, ok: c.ok, failures: c.failures, detail: c.detail, skipped: c.skipped })) });
     const container = add("zip container");
     let members;
     try { members = readZip(data); } catch (e) { container.fail(e.message); return result("unreadable"); }
@@ -1147,6 +1149,11 @@
   function pinned(id) {
     return (document.getElementById(id)?.value ?? "").split("\n").map((s) => s.trim()).filter(Boolean);
   }
+  function tally(checks) {  // offline_verify's words: what ran and passed, and what did not run
+    const skipped = checks.filter((c) => c.skipped).length;
+    const passed = `${checks.length - skipped} checks passed`;
+    return skipped ? `${passed}, ${skipped} not run (SKIP below)` : passed;
+  }
   function show(outcome, where) {
     where.replaceChildren();
     const verdict = document.createElement("p");
@@ -1154,7 +1161,7 @@
     verdict.className = outcome.ok ? "badge ok" : "badge broken";
     const failed = outcome.checks.filter((c) => !c.ok);
     const except = (outcome.unproven ?? []).length ? ` (except ${outcome.unproven.join(" and ")}: left to python -m audit.offline_verify)` : "";
-    verdict.textContent = outcome.ok ? `Verified in this browser${except}: ${outcome.checks.length} checks passed`
+    verdict.textContent = outcome.ok ? `Verified in this browser${except}: ${tally(outcome.checks)}`
       : `NOT verified: ${failed.map((c) => c.name).join("; ")} failed`;
     where.append(verdict);
     const list = document.createElement("ul");
@@ -1163,7 +1170,7 @@
       const li = document.createElement("li");
       li.dataset.check = c.name;
       li.dataset.ok = String(c.ok);
-      li.textContent = `${c.ok ? "OK" : "FAIL"}  ${c.name}${c.ok ? (c.detail ? ": " + c.detail : "") : ": " + c.failures.join("; ")}`;
+      li.textContent = `${c.ok ? (c.skipped ? "SKIP" : "OK") : "FAIL"}  ${c.name}${c.ok ? (c.detail ? ": " + c.detail : "") : ": " + c.failures.join("; ")}`;
       list.append(li);
     }
     where.append(list);
