@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +49,29 @@ class AuditUnavailable(Exception):
 STEP_PARTS = ("schedule", "drafter", "model", "scores", "rule", "record", "audit")
 
 
+@dataclass
+class _Tally:
+    """What one generation counts as it steps: tokens drafted and accepted, each step's
+    (drafted, accepted), and where its time went (STEP_PARTS)."""
+
+    drafted: int = 0
+    accepted: int = 0
+    step_counts: list[tuple[int, int]] = field(default_factory=list)
+    audit_ns: int = 0
+    parts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STEP_PARTS, 0))
+
+    def step(self, drafted: int, accepted: int, **parts_ns: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
+        self.step_counts.append((drafted, accepted))
+        for part, ns in parts_ns.items():
+            self.parts[part] += ns
+
+    def audit(self, ns: int) -> None:
+        self.audit_ns += ns
+        self.parts["audit"] += ns
+
+
 @dataclass(frozen=True)
 class GenerationResult:
     request_id: str
@@ -72,6 +95,16 @@ class GenerationResult:
     @property
     def mean_accepted_length(self) -> float:
         return self.accepted / self.steps
+
+
+def _verdict(draft, scores: Scores, params: GenerationParams, *, coupled, position, step):
+    """The rule's decision on the draft: greedy, coupled (one draw per output position) or
+    the step-keyed rule of earlier audit formats."""
+    if params.is_greedy:
+        return verify_greedy(draft, scores)
+    if coupled:
+        return verify_coupled(draft, scores, seed=params.seed, position=position)
+    return verify_sampling(draft, scores, seed=params.seed, step=step)
 
 
 def _until_eos(tokens: list[int], eos_token_id: int | None) -> tuple[int, ...]:
@@ -150,11 +183,7 @@ class SpeculativeDecoder:
         references are token sequences a copying drafter may copy from besides the context.
         """
         params = request.params
-        vocab = self._target.vocab_size
-        if max(request.prompt_token_ids) >= vocab:
-            raise ValueError(f"prompt_token_ids must be below the vocabulary size {vocab}")
-        if params.eos_token_id is not None and params.eos_token_id >= vocab:
-            raise ValueError(f"eos_token_id must be below the vocabulary size {vocab}")
+        self._check_ids(request)
         if schedule is None:
             schedule = FixedSchedule(params.draft_length)
         constraint = self._constraint(request)
@@ -166,108 +195,125 @@ class SpeculativeDecoder:
         decode_started = time.perf_counter_ns()
 
         output: list[int] = []
-        step_counts: list[tuple[int, int]] = []
-        drafted = accepted = step = audit_ns = 0
-        parts = dict.fromkeys(STEP_PARTS, 0)
+        tally = _Tally()
         stop_reason = None
         while stop_reason is None:
             if cancelled is not None and cancelled():
                 stop_reason = "cancelled"
                 break
-            scheduling = time.perf_counter_ns()
-            context = [*prompt, *output]
-            wanted = schedule.next_length(params.draft_length)
-            if not 0 <= wanted <= params.draft_length:
-                raise ValueError(
-                    f"the draft schedule asked for {wanted} tokens, outside "
-                    f"0..{params.draft_length}"
-                )
-            # Leave room for the token the target always adds (correction or bonus).
-            k = min(wanted, params.max_tokens - len(output) - 1)
-            started = time.perf_counter_ns()
-            coupled = request.coupled and not params.is_greedy
-            position = len(output) if coupled else None
-            draft = self._drafter.propose(
-                context, k, params, seed=params.seed, step=step, position=position
+            emitted, stop_reason = self._step(
+                request, prompt, output, tally, schedule, constraint, stop
             )
-            if len(draft.tokens) > k:
-                raise ValueError(f"drafter proposed {len(draft.tokens)} tokens, at most {k} asked")
-            draft = draft.prefix(schedule.keep(draft))
-            if constraint is not None:  # a token the grammar refuses could never be accepted
-                draft = draft.prefix(constraint.allowed_prefix(draft.tokens.tolist()))
-            drafted_at = time.perf_counter_ns()
-            proposed = draft.tokens.tolist()
-            k = len(proposed)
-            allowed = None if constraint is None else constraint.masks(proposed)
-            scores = self._target.next_scores([*context, *proposed], k + 1, params, allowed=allowed)
-            scored_at = time.perf_counter_ns()
-            if params.is_greedy:
-                verdict = verify_greedy(draft, scores)
-            elif coupled:
-                verdict = verify_coupled(draft, scores, seed=params.seed, position=position)
-            else:
-                verdict = verify_sampling(draft, scores, seed=params.seed, step=step)
-            verified_at = time.perf_counter_ns()
-
-            kept = [*proposed[: verdict.accepted_count], verdict.correction_token]
-            emitted = _until_eos(kept, params.eos_token_id)
-            stop_reason = _stop_reason(output, emitted, params, stop)
-            record = StepRecord(
-                request_id=request.request_id,
-                step=step,
-                draft=self._drafter.identity,
-                target=self._target.identity,
-                params=params,
-                context_length=len(context),
-                verdict=verdict,
-                emitted=emitted,
-                stop=stop_reason,
-                draft_ns=drafted_at - started,
-                verify_ns=verified_at - drafted_at,
-                draft_source=draft.source,
-                logprobs=scores.emitted_logprobs(emitted),
-                target_top=_target_top(scores, len(emitted), request.top_logprobs),
-                **self._texts(proposed, verdict, emitted),
-            )
-            committing = time.perf_counter_ns()
-            self._commit(record)
-            committed = time.perf_counter_ns()
-            audit_ns += committed - committing
-            parts["schedule"] += started - scheduling
-            parts["drafter"] += drafted_at - started
-            parts["model"] += scored_at - drafted_at - scores.made_ns
-            parts["scores"] += scores.made_ns
-            parts["rule"] += verified_at - scored_at
-            parts["record"] += committing - verified_at
-            parts["audit"] += committed - committing
             output.extend(emitted)
             if constraint is not None:
                 constraint.advance(emitted)
-            drafted += k
-            accepted += verdict.accepted_count
-            step_counts.append((k, verdict.accepted_count))
-            step += 1
-            schedule.observe(k, verdict.accepted_count)
 
         flushing = time.perf_counter_ns()
-        self._flush(step)  # before the result releases the output
+        self._flush(len(tally.step_counts))  # before the result releases the output
         committed = time.perf_counter_ns()
-        audit_ns += committed - flushing
-        parts["audit"] += committed - flushing
+        tally.audit(committed - flushing)
         return GenerationResult(
             request_id=request.request_id,
             output_token_ids=tuple(output),
-            steps=step,
-            drafted=drafted,
-            accepted=accepted,
+            steps=len(tally.step_counts),
+            drafted=tally.drafted,
+            accepted=tally.accepted,
             stop_reason=stop_reason,
-            step_counts=tuple(step_counts),
+            step_counts=tuple(tally.step_counts),
             prefill_ns=decode_started - prefill_started,
             cached_prompt_tokens=cached_prompt_tokens,
             decode_ns=committed - decode_started,
-            audit_ns=audit_ns,
-            parts_ns=tuple(parts.items()),
+            audit_ns=tally.audit_ns,
+            parts_ns=tuple(tally.parts.items()),
         )
+
+    def _check_ids(self, request: GenerationRequest) -> None:
+        vocab = self._target.vocab_size
+        if max(request.prompt_token_ids) >= vocab:
+            raise ValueError(f"prompt_token_ids must be below the vocabulary size {vocab}")
+        eos = request.params.eos_token_id
+        if eos is not None and eos >= vocab:
+            raise ValueError(f"eos_token_id must be below the vocabulary size {vocab}")
+
+    def _step(
+        self,
+        request: GenerationRequest,
+        prompt: list[int],
+        output: list[int],
+        tally: _Tally,
+        schedule: DraftSchedule,
+        constraint: Constraint | None,
+        stop: Callable[[Sequence[int]], bool] | None,
+    ) -> tuple[tuple[int, ...], str | None]:
+        """One step: draft, score, decide, commit the record. Returns the tokens it emits and
+        the stop reason it recorded (None: go on)."""
+        params = request.params
+        step = len(tally.step_counts)
+        scheduling = time.perf_counter_ns()
+        context = [*prompt, *output]
+        wanted = schedule.next_length(params.draft_length)
+        if not 0 <= wanted <= params.draft_length:
+            raise ValueError(
+                f"the draft schedule asked for {wanted} tokens, outside 0..{params.draft_length}"
+            )
+        # Leave room for the token the target always adds (correction or bonus).
+        k = min(wanted, params.max_tokens - len(output) - 1)
+        started = time.perf_counter_ns()
+        coupled = request.coupled and not params.is_greedy
+        position = len(output) if coupled else None
+        draft = self._drafter.propose(
+            context, k, params, seed=params.seed, step=step, position=position
+        )
+        if len(draft.tokens) > k:
+            raise ValueError(f"drafter proposed {len(draft.tokens)} tokens, at most {k} asked")
+        draft = draft.prefix(schedule.keep(draft))
+        if constraint is not None:  # a token the grammar refuses could never be accepted
+            draft = draft.prefix(constraint.allowed_prefix(draft.tokens.tolist()))
+        drafted_at = time.perf_counter_ns()
+        proposed = draft.tokens.tolist()
+        k = len(proposed)
+        allowed = None if constraint is None else constraint.masks(proposed)
+        scores = self._target.next_scores([*context, *proposed], k + 1, params, allowed=allowed)
+        scored_at = time.perf_counter_ns()
+        verdict = _verdict(draft, scores, params, coupled=coupled, position=position, step=step)
+        verified_at = time.perf_counter_ns()
+
+        kept = [*proposed[: verdict.accepted_count], verdict.correction_token]
+        emitted = _until_eos(kept, params.eos_token_id)
+        stop_reason = _stop_reason(output, emitted, params, stop)
+        record = StepRecord(
+            request_id=request.request_id,
+            step=step,
+            draft=self._drafter.identity,
+            target=self._target.identity,
+            params=params,
+            context_length=len(context),
+            verdict=verdict,
+            emitted=emitted,
+            stop=stop_reason,
+            draft_ns=drafted_at - started,
+            verify_ns=verified_at - drafted_at,
+            draft_source=draft.source,
+            logprobs=scores.emitted_logprobs(emitted),
+            target_top=_target_top(scores, len(emitted), request.top_logprobs),
+            **self._texts(proposed, verdict, emitted),
+        )
+        committing = time.perf_counter_ns()
+        self._commit(record)
+        committed = time.perf_counter_ns()
+        tally.step(
+            k,
+            verdict.accepted_count,
+            schedule=started - scheduling,
+            drafter=drafted_at - started,
+            model=scored_at - drafted_at - scores.made_ns,
+            scores=scores.made_ns,
+            rule=verified_at - scored_at,
+            record=committing - verified_at,
+        )
+        tally.audit(committed - committing)
+        schedule.observe(k, verdict.accepted_count)
+        return emitted, stop_reason
 
     def _constraint(self, request: GenerationRequest) -> Constraint | None:
         """The request's grammar, over the target's vocabulary (None: unconstrained)."""
