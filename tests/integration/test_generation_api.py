@@ -58,41 +58,6 @@ def test_a_finished_job_reports_output_acceptance_latency_and_its_trail(owner):
     assert body["trail"]["head_hash"] == trail.head_hash
 
 
-def declared(serializer) -> dict:
-    """The fields an OpenAPI output serializer declares, nested ones as their own fields."""
-    fields = {}
-    for name, field in serializer.fields.items():
-        child = getattr(field, "child", field)
-        fields[name] = declared(child) if hasattr(child, "fields") else None
-    return fields
-
-
-def written(value) -> dict | None:
-    """The keys an answer writes, nested objects as their own keys (a list: its first item)."""
-    if isinstance(value, list):
-        return written(value[0]) if value and isinstance(value[0], dict) else None
-    if not isinstance(value, dict):
-        return None
-    return {key: written(inner) for key, inner in value.items()}
-
-
-def test_a_jobs_answer_writes_exactly_the_fields_its_schema_declares(owner):
-    """The native API's job shape is written by hand (web/api/serializers.py) and declared for
-    the schema (web/api/schema.py, GenerationOut): the two must name the same fields."""
-    from decoding.web.api.schema import GenerationOut
-
-    created = post(owner.api, {"prompt_token_ids": [4, 5], "max_tokens": 6, "temperature": 0})
-    job_run(job_id=created.json()["id"])
-    body = owner.api.get(created["Location"]).json()
-    shape, schema = written(body), declared(GenerationOut())
-    # Objects the schema leaves open (JSONField), and objects this job has none of (null), are
-    # compared by name only.
-    for name, fields in schema.items():
-        if fields is None or shape.get(name) is None:
-            shape[name] = schema[name] = None
-    assert shape == schema
-
-
 def test_the_trail_pages_through_every_record_in_seq_order(owner):
     created = post(owner.api, {"prompt_token_ids": [1], "max_tokens": 25, "draft_length": 2})
     job_run(job_id=created.json()["id"])

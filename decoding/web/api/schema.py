@@ -65,7 +65,7 @@ def errors(*codes: int) -> dict:
     return {code: OpenApiResponse(ErrorOut, description=described[code]) for code in codes}
 
 
-# A job's params: JOB_PARAM_FIELDS and top_logprobs. tests/integration/test_generation_api
+# A job's params: JOB_PARAM_FIELDS and top_logprobs. tests/integration/test_response_shapes
 # holds every *Out field here to what the API writes (a docstring would show in the schema).
 class ParamsOut(serializers.Serializer):
     max_tokens = serializers.IntegerField()
