@@ -31,6 +31,13 @@ def _count(n: int, thing: str) -> str:
     return f"{n} {thing}{'' if n == 1 else 's'}"
 
 
+def _how_many(value) -> int:
+    """A detail's count, recorded as a number or as the list of what it counts."""
+    if isinstance(value, int):
+        return value
+    return len(value) if isinstance(value, (list, tuple, dict)) else 0
+
+
 def _quoted(text) -> str:
     return f"“{text}”"
 
@@ -76,8 +83,8 @@ def _produced(d: dict) -> str:
             if part
         )
         scope = f"matter {_quoted(d.get('matter'))}" + (f" {span}" if span else "")
-    listed = _count(len(d.get("trails") or ()), "trail")
-    left_out = len(d.get("left_out") or ())
+    listed = _count(_how_many(d.get("trails")), "trail")
+    left_out = _how_many(d.get("left_out"))
     return (
         f"produced {scope}: {listed}, {left_out} left out, in {_file(d)}"
         if left_out
@@ -115,9 +122,9 @@ def _retention(d: dict) -> str:
 
 
 def _destroyed(d: dict) -> str:
-    parts = [_count(len(d.get("jobs") or ()), "job"), _count(len(d.get("trails") or ()), "trail")]
+    parts = [_count(_how_many(d.get("jobs")), "job"), _count(_how_many(d.get("trails")), "trail")]
     if d.get("files"):
-        parts.append(_count(len(d["files"]), "file"))
+        parts.append(_count(_how_many(d["files"]), "file"))
     return (
         f"destroyed the texts of matter {_quoted(d.get('matter'))} under the order "
         f"{_quoted(d.get('order'))}: {', '.join(parts)}; the proofs were kept"

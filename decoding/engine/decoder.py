@@ -201,12 +201,7 @@ class SpeculativeDecoder:
             if cancelled is not None and cancelled():
                 stop_reason = "cancelled"
                 break
-            emitted, stop_reason = self._step(
-                request, prompt, output, tally, schedule, constraint, stop
-            )
-            output.extend(emitted)
-            if constraint is not None:
-                constraint.advance(emitted)
+            stop_reason = self._step(request, prompt, output, tally, schedule, constraint, stop)
 
         flushing = time.perf_counter_ns()
         self._flush(len(tally.step_counts))  # before the result releases the output
@@ -244,9 +239,10 @@ class SpeculativeDecoder:
         schedule: DraftSchedule,
         constraint: Constraint | None,
         stop: Callable[[Sequence[int]], bool] | None,
-    ) -> tuple[tuple[int, ...], str | None]:
-        """One step: draft, score, decide, commit the record. Returns the tokens it emits and
-        the stop reason it recorded (None: go on)."""
+    ) -> str | None:
+        """One step: draft, score, decide, commit the record, then add the emitted tokens to
+        `output` (and to the grammar's state). Returns the stop reason it recorded (None: go
+        on)."""
         params = request.params
         step = len(tally.step_counts)
         scheduling = time.perf_counter_ns()
@@ -312,8 +308,11 @@ class SpeculativeDecoder:
             record=committing - verified_at,
         )
         tally.audit(committed - committing)
-        schedule.observe(k, verdict.accepted_count)
-        return emitted, stop_reason
+        output.extend(emitted)
+        if constraint is not None:
+            constraint.advance(emitted)
+        schedule.observe(k, verdict.accepted_count)  # after the grammar took the tokens
+        return stop_reason
 
     def _constraint(self, request: GenerationRequest) -> Constraint | None:
         """The request's grammar, over the target's vocabulary (None: unconstrained)."""

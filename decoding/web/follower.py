@@ -69,8 +69,8 @@ class Follower:
         caller = _Caller(str(job_id))
         with self._lock:
             self._callers[caller.job_id].add(caller)
-        listener = self._listening()
         try:
+            listener = self._listening()
             while True:
                 yield
                 if not self._until_moved(caller, listener, deadline):
@@ -83,8 +83,11 @@ class Follower:
                     del self._callers[caller.job_id]
 
     def _until_moved(self, caller: _Caller, listener: _Listener | None, deadline: float) -> bool:
-        """Wait until the caller's job may have moved or WAKE_S passed; False at the deadline.
-        While the subscription is down (or there is none) the wait runs the rounds."""
+        """Wait until the caller's job may have moved, WAKE_S passed or the deadline came (the
+        caller then looks a last time); False once the deadline has passed. While the
+        subscription is down (or there is none) the wait runs the rounds."""
+        if time.monotonic() >= deadline:
+            return False
         look_by = min(deadline, time.monotonic() + WAKE_S)
         while not caller.moved.is_set():
             left = look_by - time.monotonic()
@@ -96,7 +99,7 @@ class Follower:
                 self.look()
                 caller.moved.wait(min(POLL_S, left))
         caller.moved.clear()  # before the caller's read: a notice during the read wakes it again
-        return time.monotonic() < deadline
+        return True
 
     def followed(self) -> int:
         """How many jobs this process's callers wait on."""
@@ -144,6 +147,7 @@ class Follower:
         run the rounds, which read the rows themselves and so miss nothing."""
         url = settings.PATHFINDER_EVENTS_URL
         if not url:
+            self._listener = None  # a listener of an earlier URL stops at its next look
             return None
         with self._lock:
             listener = self._listener

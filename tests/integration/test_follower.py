@@ -174,3 +174,18 @@ def test_while_the_subscription_is_down_callers_run_the_rounds(settings, slow_wa
     time.sleep(0.4)
     assert caller.between(moved_at, moved_at + 0.4) == 1
     caller.join()
+
+
+def test_a_caller_looks_once_more_at_its_deadline(settings, slow_wake, jobs):
+    """A job that ends just before the caller's deadline, its notice lost, is still answered:
+    the caller reads its job a last time when the deadline comes, as it always did."""
+    assert settings.PATHFINDER_EVENTS_URL.startswith("redis://")
+
+    def end_quietly():  # a worker whose notice never arrives
+        time.sleep(0.6)
+        GenerationJob.objects.filter(pk=jobs[0]).update(status=GenerationJob.Status.SUCCEEDED)
+
+    ender = on_a_thread(end_quietly)
+    job = relay.wait(jobs[0], timeout=1.0)
+    ender.join()
+    assert job.status == GenerationJob.Status.SUCCEEDED

@@ -415,8 +415,9 @@
   async function checkLeafAndProof(m, chain, checkpoint, leafCheck, hashCheck, proofCheck) {
     const leaf = json(m, "ledger-leaf.json", leafCheck);
     const proof = json(m, "inclusion-proof.json", proofCheck);
-    if (!leaf || !proof) return null;
-    if (!isCanonical(leaf.payload)) { leafCheck.fail("ledger payload is not canonical JSON"); return null; }
+    const unhashed = "no usable ledger leaf and inclusion proof to hash (see the checks above)";
+    if (!leaf || !proof) { hashCheck.fail(unhashed); return null; }
+    if (!isCanonical(leaf.payload)) { leafCheck.fail("ledger payload is not canonical JSON"); hashCheck.fail(unhashed); return null; }
     const sealed = JSON.parse(leaf.payload);
     if (chain) {
       if (sealed.trail !== chain.trailId) leafCheck.fail(`ledger leaf seals trail ${sealed.trail}, not ${chain.trailId}`);
