@@ -36,11 +36,20 @@ EXCERPTS = [
     "Pemberton Estates plc agrees to sell, and Rossi Hospitality S.r.l. agrees to buy, the "
     "property at 14 Harbour Row. This agreement is subject to the laws of Ireland.",
 ]
+# Strings are bounded, as a caller of a small model bounds them: unbounded, SmolLM2's greedy
+# answer to the fourth excerpt ran on in one string ("Ireland.EU.EU.EU...") to max_tokens on an
+# AVX2-only CPU (docs/limitations.md: logits differ between CPU models), and a schema that lets
+# a string run on leaves the answer's end to the model.
 CLAUSE = {
     "type": "object",
     "properties": {
-        "parties": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 4},
-        "governing_law": {"type": "string"},
+        "parties": {
+            "type": "array",
+            "items": {"type": "string", "maxLength": 40},
+            "minItems": 1,
+            "maxItems": 4,
+        },
+        "governing_law": {"type": "string", "maxLength": 40},
     },
     "required": ["parties", "governing_law"],
     "additionalProperties": False,
@@ -105,7 +114,7 @@ def test_json_schema_chat_answers_parse_validate_and_equal_sequential_constraine
         chat = client.chat.completions.create(
             model=fixed_spec,
             messages=ask(excerpt),
-            max_tokens=120,
+            max_tokens=240,  # the longest answer the bounded schema allows
             temperature=0,
             response_format=CLAUSE_FORMAT,
         )
@@ -118,7 +127,7 @@ def test_json_schema_chat_answers_parse_validate_and_equal_sequential_constraine
         # The constrained target alone: the same request decoded one token per step.
         alone = submit(
             postgres_stack,
-            {"model": fixed_spec, "messages": ask(excerpt), "max_tokens": 120,
+            {"model": fixed_spec, "messages": ask(excerpt), "max_tokens": 240,
              "temperature": 0, "draft_length": 0, "response_format": CLAUSE_FORMAT},
         )  # fmt: skip
         assert alone.status_code == 202, alone.text
@@ -185,7 +194,7 @@ def test_a_batch_file_of_response_format_lines(client, postgres_stack):
             "body": {
                 "model": MODEL,
                 "messages": ask(excerpt),
-                "max_tokens": 120,
+                "max_tokens": 240,
                 "temperature": 0,
                 "response_format": CLAUSE_FORMAT,
             },
