@@ -101,11 +101,6 @@ class Follower:
         caller.moved.clear()  # before the caller's read: a notice during the read wakes it again
         return True
 
-    def followed(self) -> int:
-        """How many jobs this process's callers wait on."""
-        with self._lock:
-            return len(self._callers)
-
     def wake(self, job_id: str) -> None:
         """A notice for `job_id`: wake its callers, if any wait here."""
         with self._lock:
