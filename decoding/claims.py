@@ -66,6 +66,14 @@ def job_direction(job: GenerationJob) -> dict:
     )
 
 
+def job_batch_line(job: GenerationJob) -> dict | None:
+    """The Batch API line the job was (binding.batch_line), or None for a job that is no line."""
+    line = getattr(job, "batch_line", None)  # the reverse one-to-one raises when there is none
+    if line is None:
+        return None
+    return binding.batch_line(batch=line.batch_id, line=line.line, custom_id=line.custom_id)
+
+
 def job_claim(job: GenerationJob) -> binding.Claim:
     answer = None
     if job_served(job):
@@ -87,6 +95,7 @@ def job_claim(job: GenerationJob) -> binding.Claim:
         destroyed=job.destroyed_at is not None,
         direction=job_direction(job),
         grammar=job_grammar(job),
+        batch_line=job_batch_line(job),
     )
 
 
@@ -108,6 +117,7 @@ def job_request_payload(job: GenerationJob, trail, models) -> dict:
         submitted_at=matter_leaves.utc_time(job.created_at),
         direction=job_direction(job),
         grammar=_grammar_statement(job, trail.salt),
+        batch_line=job_batch_line(job),
         format_version=trail.format_version,
     )
 
@@ -156,6 +166,9 @@ _CLAIMED_FIELDS = (
     "api_key__name",
     "api_key__owner",
     "response_format",
+    "batch_line__batch_id",
+    "batch_line__line",
+    "batch_line__custom_id",
     *JOB_PARAM_FIELDS,
 )
 
@@ -176,14 +189,21 @@ class _ClaimedRow(SimpleNamespace):
                 fields[name] = orjson.loads(text) if text is not None else None
             else:
                 fields[name] = canonical(text)
-        key = None
+        key = line = None
         if row["api_key__name"] is not None:
             key = SimpleNamespace(name=row["api_key__name"], owner=row["api_key__owner"])
+        if row["batch_line__batch_id"] is not None:
+            line = SimpleNamespace(
+                batch_id=row["batch_line__batch_id"],
+                line=row["batch_line__line"],
+                custom_id=row["batch_line__custom_id"],
+            )
         super().__init__(
             **fields,
             matter=SimpleNamespace(name=row["matter__name"]),
             model_spec=SimpleNamespace(name=row["model_spec__name"]),
             api_key=key,
+            batch_line=line,
         )
 
 

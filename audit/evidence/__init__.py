@@ -7,4 +7,4 @@ Django. The Django side (audit/) reads and writes the store and calls in here.
 
 # The release of the examiner's package (scripts/build_verifier_wheel.py, docs/examiner-package.md):
 # bundle format, matter format, revision of the verifier that reads them.
-VERIFIER_VERSION = "6.3.1"
+VERIFIER_VERSION = "6.3.2"

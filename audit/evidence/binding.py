@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -129,14 +130,15 @@ def request_payload(
     submitted_at: str | None = None,
     direction: dict | None = None,
     grammar: dict | None = None,
+    batch_line: dict | None = None,
     format_version: int = FORMAT_VERSION,
 ) -> dict:
     """The payload of a v2 trail's seq-0 record (or v3's, v4's). `submitted_at` (UTC_TIME: when
     the caller submitted the job) is in the records of trails opened since the matter tags;
     `direction` (who directed the job, under what designation: `direction()`) in those opened
-    since issue 43. The
-    prompt's token count is bound by its token ids' digest; format 4 no longer states it in
-    clear, since it narrows a withheld prompt down among guesses."""
+    since issue 43; `batch_line` (`batch_line()`) in those of a Batch API line's job opened
+    since issue 45. The prompt's token count is bound by its token ids' digest; format 4 no
+    longer states it in clear, since it narrows a withheld prompt down among guesses."""
     texts = question.texts()
     payload = {
         "v": format_version,
@@ -165,7 +167,43 @@ def request_payload(
         payload["direction"] = direction
     if grammar is not None:
         payload["grammar"] = grammar
+    if batch_line is not None:
+        payload["batch_line"] = batch_line
     return payload
+
+
+def batch_line(*, batch: str, line: int, custom_id: str | None) -> dict:
+    """Which line of which Batch API batch a job was, as its request record states it: the
+    batch's id, the line's 1-based number in the input file and the caller's `custom_id` (the
+    caller's label, in clear like `request_id`), so a verifier names a trail as the caller
+    does. Whoever holds the matter's key checks `batch` against the leaf's batch_tag."""
+    return {"batch": batch, "line": line, "custom_id": custom_id}
+
+
+def batch_line_problem(stated: object) -> str | None:
+    """What is wrong with a request record's `batch_line`, or None."""
+    if not isinstance(stated, dict) or set(stated) != {"batch", "line", "custom_id"}:
+        return "must be exactly {batch, line, custom_id}"
+    line = stated["line"]
+    if not isinstance(stated["batch"], str) or not stated["batch"]:
+        return "batch must be a batch id"
+    if not isinstance(line, int) or isinstance(line, bool) or line < 1:
+        return "line must be a line number (1 or more)"
+    if not isinstance(stated["custom_id"], str | None):
+        return "custom_id must be a string or null"
+    return None
+
+
+def batch_line_said(stated: dict) -> str:
+    """A well-formed batch_line in words, as both verifiers name the line (the custom_id
+    quoted as descriptive.quoted and verify.js quote it)."""
+    custom_id = stated["custom_id"]
+    named = (
+        "no custom_id"
+        if custom_id is None
+        else "custom_id " + json.dumps(custom_id, ensure_ascii=False)
+    )
+    return f"{named}, line {stated['line']} of batch {stated['batch']}"
 
 
 def grammar(
@@ -335,6 +373,8 @@ class Contents:
             self.fail(seq, f"request record's prompt.given is not one of {list(GIVEN_KINDS)}")
         if "submitted_at" in payload and not UTC_TIME.fullmatch(str(payload["submitted_at"])):
             self.fail(seq, "request record's submitted_at is not a UTC time (…T…:…:….ffffffZ)")
+        if "batch_line" in payload and (problem := batch_line_problem(payload["batch_line"])):
+            self.fail(seq, f"request record's batch_line {problem}")
         self.request = payload
 
     def _decision(self, seq: int, payload: dict, *, step: int) -> None:
@@ -420,6 +460,9 @@ class Claim:
     # A structured-output job's grammar as grammar() takes it (kind, strict, library, schema,
     # compiled); None for a job without one. Held to the request record's `grammar`.
     grammar: dict | None = None
+    # A Batch API line's job: batch_line() of its line; None for a job that is no line.
+    # Compared when the request record holds one.
+    batch_line: dict | None = None
 
 
 def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Failure]:
@@ -451,6 +494,8 @@ def claim_failures(claim: Claim, contents: Contents, trail_salt: str) -> list[Fa
         fail("the submission time differs from the request record's submitted_at", 0)
     if "direction" in request and request["direction"] != claim.direction:
         fail("who directed it, or its designation, differs from the request record", 0)
+    if "batch_line" in request and request["batch_line"] != claim.batch_line:
+        fail("its batch line (batch, line or custom_id) differs from the request record's", 0)
     if claim.destroyed:  # the texts (the schema too), and the salt that checked them, are gone
         answer = contents.answer
         if (claim.answer is None) != (answer is None):

@@ -408,8 +408,18 @@ def _check_records(b: _Bundle, check: Check) -> None:
     if not check.failures:
         check.detail = (
             f"{summary.record_count} canonical records chain from the genesis of trail "
-            f"{trail_id}; head {summary.head_hash}"
+            f"{trail_id}; head {summary.head_hash}{_line_named(b.contents.request)}"
         )
+
+
+def _line_named(request: dict | None) -> str:
+    """How a Batch API line's trail is named by its request record (the caller's custom_id),
+    for the records check's detail; empty for a trail of no line, or a malformed statement
+    (which the records check failed)."""
+    stated = (request or {}).get("batch_line")
+    if stated is None or binding.batch_line_problem(stated) is not None:
+        return ""
+    return f"; its request record names it {binding.batch_line_said(stated)}"
 
 
 def _check_leaf(b: _Bundle, check: Check) -> None:
@@ -1310,6 +1320,10 @@ def _check_listed_trail(b: _Bundle, doc: dict, entry: dict) -> dict | None:
     key, tag = doc.get("matter_key"), sealed.get("matter_tag") if isinstance(sealed, dict) else None
     if key is not None and tag is not None and tag != matter_leaves.matter_tag(key, trail_id):
         check.fail("its ledger leaf's matter_tag is not the one matter_key makes for it")
+    line = (request or {}).get("batch_line")
+    stated = isinstance(line, dict) and key is not None and tag is not None
+    if stated and sealed.get("batch_tag") not in (None, _batch_tag_of(key, trail_id, line)):
+        check.fail("its ledger leaf's batch_tag is not of the batch its request record names")
     if isinstance(sealed, dict):
         b.listed_leaves[trail_id] = sealed
         _check_format_floor(check, doc, sealed)
@@ -1328,6 +1342,11 @@ def _check_listed_trail(b: _Bundle, doc: dict, entry: dict) -> dict | None:
             f"{doc['matter']!r}"
         )
     return request
+
+
+def _batch_tag_of(key: str, trail_id: str, line: dict) -> str:
+    """The batch tag a leaf carries for the batch a request record's batch_line names."""
+    return matter_leaves.batch_tag(key, trail_id, str(line.get("batch")))
 
 
 def _check_format_floor(check: Check, doc: dict, sealed: dict) -> None:

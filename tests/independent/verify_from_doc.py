@@ -835,6 +835,19 @@ def _record_structure(t: Trail, pre) -> None:
         require(
             is_utc_time(req["submitted_at"]), check, "the request's submitted_at is not a UTC time"
         )
+    if "batch_line" in req:  # a Batch API line's job: {batch, line, custom_id}
+        line = req["batch_line"]
+        require(
+            isinstance(line, dict)
+            and sorted(line) == ["batch", "custom_id", "line"]
+            and isinstance(line["batch"], str)
+            and line["batch"] != ""
+            and is_int(line["line"])
+            and line["line"] >= 1
+            and (line["custom_id"] is None or isinstance(line["custom_id"], str)),
+            check,
+            "the request's batch_line is not {batch, line, custom_id}",
+        )
     prompt = req["prompt"]
     if not isinstance(prompt, dict) or not isinstance(prompt.get("digests"), dict):
         fail(check, "the request's prompt has no digests")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import subprocess
 import zipfile
+from pathlib import Path
 
 import pytest
 from django.db.models import Q
@@ -22,6 +24,7 @@ from decoding.models import Batch, BatchFile, BatchLine, GenerationJob
 from decoding.services import job_submit
 from decoding.worker.execution import job_run
 
+REPO = Path(__file__).resolve().parents[2]
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 BODY = {"model": "stub", "max_tokens": 12, "temperature": 0, "seed": 3}
@@ -539,6 +542,46 @@ def test_a_batch_is_produced_as_one_matter_bundle_that_verifies_offline(owner, b
     assert doc["batch"] == done["id"]
     detail = json.loads(CustodyEvent.objects.get(action="export_matter").detail)
     assert detail["batch"] == done["id"] and detail["sha256"] == response["X-Content-SHA256"]
+
+
+def test_verifier_output_names_each_line_by_its_custom_id_and_the_row_is_held_to_it(
+    owner, beat, tmp_path, capsys
+):
+    """An examiner reads a batch's bundle by the caller's labels, not our UUIDs: each trail's
+    request record names its line, both verifiers print it, and a relabelled row is caught."""
+    from audit.evidence import offline_verify
+    from audit.keys import signing_key
+    from tests.cast import grant, logged_in
+
+    done = run_batch(owner, [line("memo-7"), line("exhibit-B", prompt=(8, 8))])
+    beat()
+    reviewer = logged_in(grant("rita", "Doe v. Roe"))
+    response = reviewer.post(f"/portal/batches/{done['id']}/export")
+    bundle = tmp_path / "batch.zip"
+    bundle.write_bytes(b"".join(response.streaming_content))
+    assert offline_verify.main([str(bundle), "--key", signing_key().verifier]) == 0
+    printed = capsys.readouterr().out
+    pins = tmp_path / "pins.json"
+    pins.write_text(json.dumps({"logKeys": [signing_key().verifier]}))
+    page = subprocess.run(
+        ["node", str(REPO / "tests/js/verify_bundle.cjs"), str(bundle), str(pins)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    details = {c["name"]: c["detail"] for c in json.loads(page.stdout)["checks"] if c["ok"]}
+    for number, custom_id in ((1, "memo-7"), (2, "exhibit-B")):
+        job = GenerationJob.objects.get(batch_line__batch_id=done["id"], batch_line__line=number)
+        named = f'its request record names it custom_id "{custom_id}", line {number} of batch '
+        named += done["id"]
+        check = f"trail {job.trail_id}: records and chain"
+        (said,) = [row for row in printed.splitlines() if row.startswith(f"OK    {check}: ")]
+        assert said.endswith(named), said
+        assert details[check].endswith(named), details[check]  # the portal's verifier
+    # The desk shows the row's label; relabelling it after the fact breaks verification.
+    BatchLine.objects.filter(batch_id=done["id"], line=2).update(custom_id="exhibit-C")
+    job = GenerationJob.objects.get(batch_line__batch_id=done["id"], batch_line__line=2)
+    report = verify_trails([job.trail_id], scope="test")
+    assert not report.ok
+    assert any("batch line" in str(failure) for failure in report.failures), report.failures
 
 
 def test_another_matters_queued_calls_never_hold_a_batch_at_zero_lines(

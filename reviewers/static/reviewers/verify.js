@@ -408,9 +408,22 @@
     }
     if (meta.head_hash !== prev) check.fail("head_hash is not the last record's hash");
     if (meta.record_count !== lines.length) check.fail("record_count is not the number of records");
-    if (check.ok) check.detail = `${lines.length} records chain from the genesis hash of ${trailId}`;
+    const stated = payloads.find((p) => p && typeof p === "object" && p.kind === "request")?.batch_line;
+    const problem = stated === undefined ? null : batchLineProblem(stated);
+    if (problem) check.fail(`request record's batch_line ${problem}`);
+    if (check.ok) check.detail = `${lines.length} records chain from the genesis hash of ${trailId}`
+      + (stated === undefined ? "" : `; its request record names it ${batchLineSaid(stated)}`);
     return { trailId, head: prev, count: lines.length, payloads };
   }
+  function batchLineProblem(stated) {  // audit.evidence.binding.batch_line_problem
+    if (!stated || typeof stated !== "object" || Array.isArray(stated)
+      || Object.keys(stated).sort().join() !== "batch,custom_id,line") return "must be exactly {batch, line, custom_id}";
+    if (typeof stated.batch !== "string" || !stated.batch) return "batch must be a batch id";
+    if (!Number.isInteger(stated.line) || stated.line < 1) return "line must be a line number (1 or more)";
+    if (stated.custom_id !== null && typeof stated.custom_id !== "string") return "custom_id must be a string or null";
+    return null;
+  }
+  const batchLineSaid = (s) => `${s.custom_id === null ? "no custom_id" : "custom_id " + JSON.stringify(s.custom_id)}, line ${s.line} of batch ${s.batch}`;
 
   async function checkLeafAndProof(m, chain, checkpoint, leafCheck, hashCheck, proofCheck) {
     const leaf = json(m, "ledger-leaf.json", leafCheck);
@@ -994,6 +1007,9 @@
     if (entry.abandoned !== (entry.outcome === "abandoned")) listing.fail("abandoned must be true exactly when the outcome is");
     if (!request) listing.fail("it has no request record, so nothing binds it to the matter");
     else if (request.matter !== matter.matter || request.attempt !== entry.attempt) listing.fail(`its request record is of matter '${request.matter}', attempt ${request.attempt}`);
+    if (HEX64.test(String(matter.matter_key)) && typeof sealed?.matter_tag === "string" && typeof sealed?.batch_tag === "string"
+      && request?.batch_line && typeof request.batch_line === "object"
+      && sealed.batch_tag !== await batchTag(matter.matter_key, entry.trail_id, String(request.batch_line.batch))) listing.fail("its ledger leaf's batch_tag is not of the batch its request record names");
     if (!sealed || typeof sealed !== "object") return;
     // offline_verify._check_format_floor: no format older than the leaves it holds
     if ("submitted_at" in sealed && matter.format_version < 3) listing.fail(`its ledger leaf carries submitted_at, so a bundle of it is matter format 3, whose selection and left_out reasons are checked; this one says format ${matter.format_version}`);

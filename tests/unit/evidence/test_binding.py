@@ -291,3 +291,44 @@ def test_a_destroyed_structured_jobs_blank_response_format_is_not_a_failure():
     with_grammar = [request(grammar=binding.grammar(trail_salt=SALT, **GRAMMAR)), *GOOD[1:]]
     destroyed = claim(answer=binding.Answer((), "", "max_tokens"), destroyed=True)
     assert binding.claim_failures(destroyed, walk(with_grammar), "") == []
+
+
+LINE = binding.batch_line(batch="batch_0f3a", line=17, custom_id="doc-17")
+
+
+def test_a_batch_lines_job_row_is_held_to_the_line_its_request_record_names():
+    """The caller's custom_id is how a reviewer names a trail: the portal shows it from the
+    row, the verifiers from the record, so the two must agree."""
+    with_line = [request(batch_line=LINE), *GOOD[1:]]
+    assert reasons(walk(with_line)) == []
+    assert binding.claim_failures(claim(batch_line=LINE), walk(with_line), SALT) == []
+    for row in (
+        claim(batch_line={**LINE, "custom_id": "doc-18"}),  # relabelled after the fact
+        claim(batch_line={**LINE, "line": 18}),
+        claim(batch_line={**LINE, "batch": "batch_other"}),
+        claim(),  # a line's job passed off as a job of no batch
+    ):
+        failures = binding.claim_failures(row, walk(with_line), SALT)
+        assert ["batch line" in failure.reason for failure in failures] == [True], row
+
+
+@pytest.mark.parametrize(
+    ("stated", "expected"),
+    [
+        ({**LINE, "extra": 1}, "must be exactly {batch, line, custom_id}"),
+        ("doc-17", "must be exactly {batch, line, custom_id}"),
+        ({**LINE, "batch": ""}, "batch must be a batch id"),
+        ({**LINE, "line": 0}, "line must be a line number"),
+        ({**LINE, "line": True}, "line must be a line number"),
+        ({**LINE, "custom_id": 17}, "custom_id must be a string or null"),
+    ],
+)
+def test_a_malformed_batch_line_is_named(stated, expected):
+    found = reasons(walk([request(batch_line=stated), *GOOD[1:]]))
+    assert any(f"batch_line {expected}" in reason for reason in found), found
+
+
+def test_a_batch_line_is_named_as_the_caller_labelled_it():
+    assert binding.batch_line_said(LINE) == 'custom_id "doc-17", line 17 of batch batch_0f3a'
+    unlabelled = {**LINE, "custom_id": None}
+    assert binding.batch_line_said(unlabelled) == "no custom_id, line 17 of batch batch_0f3a"
