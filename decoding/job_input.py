@@ -12,21 +12,18 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from decoding import tokenizers
-from decoding.engine import ResponseFormat, ResponseFormatError
+from decoding.engine import PARAM_NAMES, GenerationParams, ResponseFormat, ResponseFormatError
 from decoding.kinds.registry import PROVIDER_KINDS
 from decoding.model_specs import params_refusal, unavailable
 from decoding.models import ModelSpec
 from decoding.prompts import Prompt, PromptError, prompt_tokenize
 
-JOB_PARAM_FIELDS = (
-    "max_tokens",
-    "temperature",
-    "top_k",
-    "top_p",
-    "seed",
-    "draft_length",
-    "eos_token_id",
-)
+# The generation parameters a job takes and stores, each a GenerationJob column of its name:
+# the engine's, declared once (decoding.engine.params).
+JOB_PARAM_FIELDS = PARAM_NAMES
+# Those with a default for every job (sampling_defaults); a seed is drawn per job, and the end
+# token is the tokenizer's.
+DEFAULTED_PARAMS = tuple(name for name in PARAM_NAMES if name not in ("seed", "eos_token_id"))
 
 
 class InvalidInput(ValueError):
@@ -135,13 +132,12 @@ def servable_specs() -> list[ModelSpec]:
 
 def sampling_defaults(spec: ModelSpec) -> dict:
     """What a request that leaves a parameter out decodes with: the spec's defaults (its model's
-    recommendation, ModelSpec.default_params_source), else OpenAI's. No seed (each job draws
-    its own) and no eos_token_id (the tokenizer's, unless the spec names one)."""
+    recommendation, ModelSpec.default_params_source), else the engine's (OpenAI's) and the
+    service's draft length. No seed (each job draws its own) and no eos_token_id (the
+    tokenizer's, unless the spec names one)."""
+    engine = GenerationParams()
     return {
-        "max_tokens": 16,
-        "temperature": 1.0,
-        "top_k": 0,
-        "top_p": 1.0,
+        **{name: getattr(engine, name) for name in DEFAULTED_PARAMS},
         "draft_length": settings.PATHFINDER_DEFAULT_DRAFT_LENGTH,
         **{k: v for k, v in (spec.default_params or {}).items() if k in JOB_PARAM_FIELDS},
     }

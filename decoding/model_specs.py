@@ -6,11 +6,9 @@ provider and drafter kind checks its own part (decoding.kinds).
 
 from __future__ import annotations
 
-import dataclasses
-
 from django.core.exceptions import ValidationError
 
-from decoding.engine.params import GenerationParams
+from decoding.engine.params import PARAM_NAMES, GenerationParams
 from decoding.kinds.registry import DRAFTER_KINDS, PROVIDER_KINDS
 
 
@@ -33,11 +31,10 @@ def _check_default_params(defaults) -> None:
     """Defaults name request parameters, each a value a request could give."""
     if not isinstance(defaults, dict):
         raise ValidationError({"default_params": "must be a JSON object"})
-    known = [field.name for field in dataclasses.fields(GenerationParams)]
-    unknown = sorted(set(defaults) - set(known))
+    unknown = sorted(set(defaults) - set(PARAM_NAMES))
     if unknown:
         raise ValidationError(
-            {"default_params": f"unknown parameter {unknown[0]!r}; known: {', '.join(known)}"}
+            {"default_params": f"unknown parameter {unknown[0]!r}; known: {', '.join(PARAM_NAMES)}"}
         )
     try:
         GenerationParams(**defaults)

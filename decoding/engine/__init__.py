@@ -14,7 +14,7 @@ from .drafters import (
     Reference,
 )
 from .grammar import ResponseFormat, ResponseFormatError
-from .params import GenerationParams, GenerationRequest
+from .params import PARAM_NAMES, Bounds, GenerationParams, GenerationRequest, bounds_of
 from .providers import ModelIdentity, Provider, StubProvider
 from .records import StepRecord, params_payload
 from .rng import uniform
@@ -33,9 +33,11 @@ from .version import ENGINE_VERSION
 
 __all__ = [
     "ENGINE_VERSION",
+    "PARAM_NAMES",
     "AdaptiveSchedule",
     "AuditSink",
     "AuditUnavailable",
+    "Bounds",
     "Draft",
     "DraftModelDrafter",
     "DraftSchedule",
@@ -59,6 +61,7 @@ __all__ = [
     "StepRecord",
     "params_payload",
     "StubProvider",
+    "bounds_of",
     "Tokenizer",
     "measure_verify_cost",
     "uniform",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from .grammar import ResponseFormat
 
@@ -23,39 +23,107 @@ def _require_int(name: str, value: object, minimum: int, maximum: int | None = N
         raise ValueError(f"{name} must be at least {minimum}{upper}, got {value}")
 
 
-def _require_real(name: str, value: object) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
+@dataclass(frozen=True)
+class Bounds:
+    """What one generation parameter accepts: its kind, its least and most value (`above`: the
+    least is excluded) and whether null stands for "the model's default". Every API's fields,
+    the response schemas and the engine's own check are made from these (one home)."""
+
+    kind: type  # int or float
+    least: int | float
+    most: int | float | None = None
+    above: bool = False
+    nullable: bool = False
+    help: str = ""
+
+    def problem(self, value: object) -> str | None:
+        """Why `value` is not accepted, or None (the engine's check; the APIs' fields say the
+        same in DRF's words)."""
+        if value is None:
+            return None if self.nullable else "must not be null"
+        if self.kind is int and (not isinstance(value, int) or isinstance(value, bool)):
+            return f"must be an integer, got {value!r}"  # True as a token budget is a bug
+        if (
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or not math.isfinite(value)
+        ):
+            return f"must be a finite number, got {value!r}"
+        if value < self.least or (self.above and value == self.least):
+            return f"must be {'above' if self.above else 'at least'} {self.least}, got {value}"
+        if self.most is not None and value > self.most:
+            return f"must be at most {self.most}, got {value}"
+        return None
+
+
+def _param(default, bounds: Bounds):
+    return field(default=default, metadata={"bounds": bounds})
 
 
 @dataclass(frozen=True)
 class GenerationParams:
-    """How to sample: the same warping is applied to draft (q) and target (p) distributions."""
+    """How to sample: the same warping is applied to draft (q) and target (p) distributions.
+    Each field is a generation parameter a caller may give; its Bounds are the one statement
+    of what it accepts (`bounds_of`)."""
 
-    max_tokens: int = 16
-    temperature: float = 1.0
-    top_k: int = 0  # 0 = off
-    top_p: float = 1.0
-    seed: int = 0
-    draft_length: int = 4
-    eos_token_id: int | None = None
+    max_tokens: int = _param(
+        16,
+        Bounds(int, 1, help="The most tokens to generate (at most PATHFINDER_MAX_OUTPUT_TOKENS)"),
+    )
+    temperature: float = _param(
+        1.0, Bounds(float, 0.0, 2.0, help="Sampling temperature; 0 decodes greedily (argmax)")
+    )
+    top_k: int = _param(0, Bounds(int, 0, help="Sample among the k most probable tokens; 0: all"))
+    top_p: float = _param(
+        1.0,
+        Bounds(
+            float,
+            0.0,
+            1.0,
+            above=True,
+            help="Nucleus sampling, above 0 and at most 1: "
+            "sample among the fewest tokens whose probability reaches top_p",
+        ),  # fmt: skip
+    )
+    seed: int = _param(
+        0, Bounds(int, 0, MAX_SEED, help="The draws' seed; a job without one draws its own")
+    )
+    draft_length: int = _param(
+        4,
+        Bounds(
+            int,
+            0,
+            help="The most tokens the draft proposes per step (at most "
+            "PATHFINDER_MAX_DRAFT_LENGTH)",
+        ),
+    )
+    eos_token_id: int | None = _param(
+        None,
+        Bounds(
+            int,
+            0,
+            nullable=True,
+            help="The end-of-sequence token; null: none (decode max_tokens tokens)",
+        ),  # fmt: skip
+    )
 
     def __post_init__(self) -> None:
-        _require_int("max_tokens", self.max_tokens, 1)
-        if _require_real("temperature", self.temperature) < 0:
-            raise ValueError(f"temperature must be at least 0, got {self.temperature}")
-        _require_int("top_k", self.top_k, 0)
-        if not 0 < _require_real("top_p", self.top_p) <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        _require_int("seed", self.seed, 0, MAX_SEED)
-        _require_int("draft_length", self.draft_length, 0)
-        if self.eos_token_id is not None:
-            _require_int("eos_token_id", self.eos_token_id, 0)
+        for name, bounds in bounds_of().items():
+            problem = bounds.problem(getattr(self, name))
+            if problem is not None:
+                raise ValueError(f"{name} {problem}")
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0
+
+
+def bounds_of() -> dict[str, Bounds]:
+    """Every generation parameter, in declaration order, with what it accepts."""
+    return {f.name: f.metadata["bounds"] for f in fields(GenerationParams)}
+
+
+PARAM_NAMES = tuple(f.name for f in fields(GenerationParams))
 
 
 @dataclass(frozen=True)

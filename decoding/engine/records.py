@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .drafters.base import DraftSource
-from .params import GenerationParams
+from .params import GenerationParams, bounds_of
 from .providers.base import ModelIdentity
 from .rules import Verdict
 from .sampling import decimal
@@ -34,15 +34,11 @@ def _optional_decimal(x: float | None) -> str | None:
 
 def params_payload(params: GenerationParams) -> dict[str, Any]:
     """The generation parameters as every record writes them (floats as decimal strings)."""
-    return {
-        "max_tokens": params.max_tokens,
-        "temperature": decimal(params.temperature),
-        "top_k": params.top_k,
-        "top_p": decimal(params.top_p),
-        "seed": params.seed,
-        "draft_length": params.draft_length,
-        "eos_token_id": params.eos_token_id,
-    }
+    payload = {}
+    for name, bounds in bounds_of().items():
+        value = getattr(params, name)
+        payload[name] = decimal(value) if bounds.kind is float else value
+    return payload
 
 
 @dataclass(frozen=True, eq=False)

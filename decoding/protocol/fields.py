@@ -7,6 +7,8 @@ import math
 
 from rest_framework import serializers
 
+from decoding.engine.params import PARAM_NAMES, bounds_of
+
 MAX_INT32 = 2**31 - 1  # the integer columns' bound
 
 
@@ -63,3 +65,45 @@ class RefusesUnknownFields:
             if unknown:
                 raise serializers.ValidationError({unknown[0]: [self.unknown_field_message]})
         return super().to_internal_value(data)
+
+
+def _greater_than(least):
+    def check(value):
+        if value <= least:
+            raise serializers.ValidationError(f"Ensure this value is greater than {least:g}.")
+
+    return check
+
+
+def param_input_fields(names: tuple[str, ...] = PARAM_NAMES, *, null_is_default=False) -> dict:
+    """The request fields of the generation parameters `names`, each checked as its Bounds
+    declare (decoding.engine.params, the one statement of what a parameter accepts).
+    `null_is_default`: null stands for "leave it out" (OpenAI's convention)."""
+    made = {}
+    for name in names:
+        bounds = bounds_of()[name]
+        field = StrictIntegerField if bounds.kind is int else StrictFloatField
+        options = {"min_value": bounds.least, "required": False, "help_text": bounds.help}
+        if bounds.most is not None:
+            options["max_value"] = bounds.most
+        if bounds.above:
+            options["validators"] = [_greater_than(bounds.least)]
+        made[name] = field(allow_null=bounds.nullable or null_is_default, **options)
+    return made
+
+
+def param_output_fields(names: tuple[str, ...] = PARAM_NAMES) -> dict:
+    """The generation parameters `names` as a response states them (for the schemas)."""
+    made = {}
+    for name in names:
+        bounds = bounds_of()[name]
+        field = serializers.IntegerField if bounds.kind is int else serializers.FloatField
+        made[name] = field(allow_null=bounds.nullable, help_text=bounds.help)
+    return made
+
+
+def params_input(names: tuple[str, ...] = PARAM_NAMES, *, null_is_default=False) -> type:
+    """A serializer base holding param_input_fields(names): an input serializer derives from it
+    (its own fields follow the parameters)."""
+    fields = param_input_fields(names, null_is_default=null_is_default)
+    return type("GenerationParamsInput", (serializers.Serializer,), fields)

@@ -5,12 +5,12 @@ that needs the model or a setting is decoding.job_input's."""
 from django.conf import settings
 from rest_framework import serializers
 
-from decoding.engine.params import MAX_SEED, MAX_TOP_LOGPROBS
+from decoding.engine.params import MAX_TOP_LOGPROBS
 from decoding.protocol.fields import (
     RefusesUnknownFields,
     StrictCharField,
-    StrictFloatField,
     StrictIntegerField,
+    params_input,
     text_refusal,
 )
 
@@ -59,9 +59,10 @@ class StopField(serializers.Field):
         return value
 
 
-class GenerationInput(RefusesUnknownFields, serializers.Serializer):
-    """A generation request. Its model, prompt and limits are checked when the job is
-    submitted, the same way for every client."""
+class GenerationInput(RefusesUnknownFields, params_input()):
+    """A generation request: the generation parameters (params_input) and the fields below.
+    Its model, prompt and limits are checked when the job is submitted, the same way for every
+    client."""
 
     # Shape checks only (types and ranges); every other rule is the service's
     # (decoding.job_input), so `manage.py generate` refuses what this API refuses.
@@ -71,13 +72,6 @@ class GenerationInput(RefusesUnknownFields, serializers.Serializer):
     messages = ChatMessage(many=True, required=False, allow_empty=False)
     prompt_token_ids = TokenIdsField(required=False)
     stop = StopField(required=False)
-    max_tokens = StrictIntegerField(min_value=1, required=False)
-    temperature = StrictFloatField(min_value=0.0, max_value=2.0, required=False)
-    top_k = StrictIntegerField(min_value=0, required=False)
-    top_p = StrictFloatField(min_value=0.0, max_value=1.0, required=False)
-    seed = StrictIntegerField(min_value=0, max_value=MAX_SEED, required=False)
-    draft_length = StrictIntegerField(min_value=0, required=False)
-    eos_token_id = StrictIntegerField(min_value=0, required=False, allow_null=True)
     top_logprobs = StrictIntegerField(
         min_value=0,
         max_value=MAX_TOP_LOGPROBS,
@@ -107,11 +101,6 @@ class GenerationInput(RefusesUnknownFields, serializers.Serializer):
         help_text='Its confidentiality designation (e.g. "attorney work product"): stated in '
         "its trail's request record, in clear",
     )
-
-    def validate_top_p(self, value):
-        if value <= 0:
-            raise serializers.ValidationError("Ensure this value is greater than 0.")
-        return value
 
     def validate_response_format(self, value):
         if value is not None and not isinstance(value, dict):

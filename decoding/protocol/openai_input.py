@@ -3,23 +3,28 @@
 from django.conf import settings
 from rest_framework import serializers
 
-from decoding.engine.params import MAX_SEED, MAX_TOP_LOGPROBS
+from decoding.engine.params import MAX_TOP_LOGPROBS
 from decoding.protocol.fields import (
     MAX_INT32,
     RefusesUnknownFields,
     StrictCharField,
     StrictFloatField,
     StrictIntegerField,
+    params_input,
     text_refusal,
 )
 from decoding.protocol.native_input import GenerationInput, StopField
+
+# The generation parameters OpenAI's requests carry (top_k as vLLM's extension); the others
+# are the model's defaults, and ignore_eos stands for eos_token_id null.
+OPENAI_PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "seed")
 
 
 class StreamOptions(serializers.Serializer):
     include_usage = serializers.BooleanField(required=False, default=False)
 
 
-class _OpenAIInput(RefusesUnknownFields, serializers.Serializer):
+class _OpenAIInput(RefusesUnknownFields, params_input(OPENAI_PARAMS, null_is_default=True)):
     """The fields both endpoints take. `top_k` and `ignore_eos` are extensions (as vLLM's);
     `n` must be 1."""
 
@@ -27,11 +32,6 @@ class _OpenAIInput(RefusesUnknownFields, serializers.Serializer):
     OPENAI_NAMES: dict[str, str] = {}
 
     model = StrictCharField(max_length=100, required=False)
-    max_tokens = StrictIntegerField(min_value=1, required=False, allow_null=True)
-    temperature = StrictFloatField(min_value=0.0, max_value=2.0, required=False, allow_null=True)
-    top_p = StrictFloatField(min_value=0.0, max_value=1.0, required=False, allow_null=True)
-    top_k = StrictIntegerField(min_value=0, required=False)
-    seed = StrictIntegerField(min_value=0, max_value=MAX_SEED, required=False, allow_null=True)
     stop = StopField(required=False, allow_null=True)
     stream = serializers.BooleanField(required=False, default=False)
     stream_options = StreamOptions(required=False, allow_null=True)

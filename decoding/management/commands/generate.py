@@ -4,6 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from decoding.engine import PARAM_NAMES, bounds_of
 from decoding.job_input import InvalidInput
 from decoding.models import GenerationJob, Matter
 from decoding.protocol.native_input import GenerationInput
@@ -20,17 +21,13 @@ class Command(BaseCommand):
         parser.add_argument("--chat", action="store_true", help="send the prompt as a user message")
         parser.add_argument("--model", help="model spec name (default: PATHFINDER_DEFAULT_MODEL)")
         parser.add_argument("--matter", default="command-line")
-        parser.add_argument("--max-tokens", type=int)
-        parser.add_argument("--temperature", type=float)
-        parser.add_argument("--seed", type=int)
-        parser.add_argument("--draft-length", type=int)
+        for name, bounds in bounds_of().items():  # every generation parameter, as the APIs'
+            parser.add_argument("--" + name.replace("_", "-"), type=bounds.kind, help=bounds.help)
         parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
     def handle(self, *args, **options):
         request = {
-            field: options[field]
-            for field in ("model", "max_tokens", "temperature", "seed", "draft_length")
-            if options[field] is not None
+            field: options[field] for field in ("model", *PARAM_NAMES) if options[field] is not None
         }
         if options["chat"]:
             request["messages"] = [{"role": "user", "content": options["prompt"]}]

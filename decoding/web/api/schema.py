@@ -9,6 +9,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 
 from decoding.models import GenerationJob
+from decoding.protocol.fields import param_output_fields
 from decoding.protocol.native_input import StopField
 
 
@@ -65,17 +66,14 @@ def errors(*codes: int) -> dict:
     return {code: OpenApiResponse(ErrorOut, description=described[code]) for code in codes}
 
 
-# A job's params: JOB_PARAM_FIELDS and top_logprobs. tests/integration/test_response_shapes
-# holds every *Out field here to what the API writes (a docstring would show in the schema).
-class ParamsOut(serializers.Serializer):
-    max_tokens = serializers.IntegerField()
-    temperature = serializers.FloatField()
-    top_k = serializers.IntegerField()
-    top_p = serializers.FloatField()
-    seed = serializers.IntegerField()
-    draft_length = serializers.IntegerField()
-    eos_token_id = serializers.IntegerField(allow_null=True)
-    top_logprobs = serializers.IntegerField()
+# A job's params: every generation parameter (declared once, decoding.engine.params) and
+# top_logprobs. tests/integration/test_response_shapes holds every *Out field here to what the
+# API writes (a docstring would show in the schema).
+ParamsOut = type(
+    "ParamsOut",
+    (serializers.Serializer,),
+    {**param_output_fields(), "top_logprobs": serializers.IntegerField()},
+)
 
 
 class TimingsOut(serializers.Serializer):

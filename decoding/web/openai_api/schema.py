@@ -4,6 +4,9 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 
+from decoding.job_input import DEFAULTED_PARAMS
+from decoding.protocol.fields import param_output_fields
+
 
 class OpenAIErrorDetail(serializers.Serializer):
     message = serializers.CharField()
@@ -90,12 +93,10 @@ class ChatCompletionOut(CompletionOut):
     choices = ChatChoiceOut(many=True)
 
 
-class SamplingDefaultsOut(serializers.Serializer):
-    max_tokens = serializers.IntegerField()
-    temperature = serializers.FloatField()
-    top_k = serializers.IntegerField()
-    top_p = serializers.FloatField()
-    draft_length = serializers.IntegerField()
+# What a request that leaves a parameter out decodes with (decoding.job_input.sampling_defaults).
+SamplingDefaultsOut = type(
+    "SamplingDefaultsOut", (serializers.Serializer,), param_output_fields(DEFAULTED_PARAMS)
+)
 
 
 class ModelOut(serializers.Serializer):
