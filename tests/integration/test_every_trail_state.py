@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from audit.evidence.bundle_format import MATTER, json_member
 from audit.evidence.checkpoints import parse_unverified
-from audit.evidence.offline_verify import verify_bundle
+from audit.evidence.offline_verify import check_bundle, verify_bundle
 from audit.keys import signing_key
 from audit.log import latest_checkpoint, log_size
 from audit.models import Trail
@@ -224,10 +224,13 @@ def independent_verdict(data: bytes, tmp_path: Path, log: str) -> subprocess.Com
 def verdicts(data: bytes, tmp_path: Path, log: str, log_url: str) -> tuple[list[str], dict]:
     """(offline_verify's failures, verify.js's verdict), which must agree, and so must the
     independent verifier's."""
-    python = verify_bundle(data, keys=[signing_key().verifier], log=log)
+    checks = check_bundle(data, keys=[signing_key().verifier], log=log)
+    python = [f"{c.name}: {reason}" for c in checks for reason in c.failures]
     page = page_verdict(data, tmp_path, log_url)
     failed = [(c["name"], c["failures"]) for c in page["checks"] if not c["ok"]]
     assert page["ok"] == (python == []), (python, failed)
+    if page["ok"]:  # one list of checks, in one order (a failure may stop either earlier)
+        assert [c["name"] for c in page["checks"]] == [c.name for c in checks]
     independent = independent_verdict(data, tmp_path, log)
     assert (independent.returncode == 0) == (python == []), (python, independent.stdout)
     return python, page

@@ -1083,9 +1083,10 @@
       }
     } catch (e) { manifestCheck.fail(`manifest unreadable (${e.message})`); }
 
-    let note = null;
-    const noteCheck = add("checkpoint signature");
-    try { note = parseNote(text(m.get("checkpoint.txt"))); } catch (e) { noteCheck.fail(`checkpoint.txt: ${e.message}`); }
+    // The trails' proofs need the checkpoint, whose signature is checked (and listed) after
+    // them, in offline_verify's order.
+    let note = null, noteProblem = null;
+    try { note = parseNote(text(m.get("checkpoint.txt"))); } catch (e) { noteProblem = `checkpoint.txt: ${e.message}`; }
     const listedLeaves = new Map();  // each listed trail's ledger leaf, for completeness
     if (isMatter) {
       if (!listed.length) matterCheck.fail("trails must be a non-empty list: a matter bundle proves at least one trail");
@@ -1123,14 +1124,9 @@
     } else {
       await checkTrail(m, note, "", checks);
     }
-    if (m.get("checkpoint.tsr")?.length) {  // no authority is pinned here: the shape and imprint
-      const stamp = add("timestamp");
-      let imprint = null;
-      try { imprint = timestampImprint(m.get("checkpoint.tsr")); } catch (e) { stamp.fail(`checkpoint.tsr is not an RFC 3161 timestamp response: ${e.message}`); }
-      if (imprint && !equal(imprint, await sha256(m.get("checkpoint.txt") ?? new Uint8Array()))) stamp.fail("checkpoint.tsr timestamps another document: its imprint is not checkpoint.txt's");
-      else if (imprint) stamp.detail = "UNVERIFIED: checkpoint.tsr is a granted RFC 3161 response over checkpoint.txt (its imprint matches), but who signed it, and the time it states, are checked only with the authority's certificate (offline_verify --tsa-cert)";
-    }
-    const evidence = [...checks];  // before the pins, which judge trust, not content
+    const evidence = [...checks];  // before the signature and pins, which judge trust, not content
+    const noteCheck = add("checkpoint signature");
+    if (noteProblem) noteCheck.fail(noteProblem);
     if (note) {
       try {
         await checkSignature(note, text(m.get("verifier-key.txt") ?? new Uint8Array()), noteCheck);
@@ -1141,6 +1137,13 @@
         const cosign = add("witness cosignatures");
         try { await checkCosignatures(note, pins.witnessKeys, cosign); } catch (e) { cosign.fail(e.message); }
       }
+    }
+    if (m.get("checkpoint.tsr")?.length) {  // no authority is pinned here: the shape and imprint
+      const stamp = add("timestamp");
+      let imprint = null;
+      try { imprint = timestampImprint(m.get("checkpoint.tsr")); } catch (e) { stamp.fail(`checkpoint.tsr is not an RFC 3161 timestamp response: ${e.message}`); }
+      if (imprint && !equal(imprint, await sha256(m.get("checkpoint.txt") ?? new Uint8Array()))) stamp.fail("checkpoint.tsr timestamps another document: its imprint is not checkpoint.txt's");
+      else if (imprint) stamp.detail = "UNVERIFIED: checkpoint.tsr is a granted RFC 3161 response over checkpoint.txt (its imprint matches), but who signed it, and the time it states, are checked only with the authority's certificate (offline_verify --tsa-cert)";
     }
     // A matter of format 2 is checked complete against this service's log when the bundle's
     // checkpoint is of it (the page reads the log's tiles as an examiner would); a bundle of
