@@ -8,7 +8,9 @@ from decoding.models import Batch, BatchFile, BatchLine, GenerationJob
 
 from . import openai_shapes as shapes
 from .batch_lines import ENDPOINTS
+from .declared import as_declared
 from .openai_errors import job_failure
+from .openai_out import BatchOut, FileOut
 
 # Why a line's job never finished, by how its batch ended (OpenAI's codes).
 _UNFINISHED = {
@@ -32,7 +34,7 @@ def _epoch(moment) -> int | None:
 
 
 def file_object(batch_file: BatchFile) -> dict:
-    return {
+    return as_declared(FileOut, {
         "id": batch_file.id,
         "object": "file",
         "bytes": batch_file.bytes,
@@ -42,13 +44,13 @@ def file_object(batch_file: BatchFile) -> dict:
         "status": "processed",
         "status_details": None,
         "expires_at": None,
-    }
+    })  # fmt: skip
 
 
 def batch_object(batch: Batch, request_counts: dict) -> dict:
     stamps = ("created_at", "in_progress_at", "expires_at", "finalizing_at", "completed_at",
               "failed_at", "expired_at", "cancelling_at", "cancelled_at")  # fmt: skip
-    return {
+    return as_declared(BatchOut, {
         "id": batch.id,
         "object": "batch",
         "endpoint": batch.endpoint,
@@ -61,7 +63,7 @@ def batch_object(batch: Batch, request_counts: dict) -> dict:
         **{stamp: _epoch(getattr(batch, stamp)) for stamp in stamps},
         "request_counts": request_counts,
         "metadata": batch.metadata,
-    }
+    })  # fmt: skip
 
 
 def line_errors(errors: dict | None, refused: list[BatchLine]) -> dict:

@@ -9,11 +9,12 @@ import logging
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import DatabaseError
 from django.http import Http404
-from rest_framework import exceptions, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 
 from decoding.fair_share import OverCapacity
 from decoding.job_input import InvalidInput
+from decoding.protocol.declared import as_declared
 from decoding.services import QueueUnavailable
 
 log = logging.getLogger(__name__)
@@ -26,11 +27,26 @@ _FIELD_FOR = {
 }
 
 
+# The error body, declared once (the OpenAPI schema's ErrorOut); error_response is held to it.
+class ErrorDetail(serializers.Serializer):
+    status = serializers.IntegerField()
+    code = serializers.CharField()
+    field = serializers.CharField(allow_null=True, help_text="The offending field, or body")
+    message = serializers.CharField()
+    fields = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()), required=False
+    )
+
+
+class ErrorOut(serializers.Serializer):
+    error = ErrorDetail()
+
+
 def error_response(status_code: int, code: str, field: str | None, message: str, fields=None):
     body = {"status": status_code, "code": code, "field": field, "message": message}
     if fields:
         body["fields"] = fields
-    return Response({"error": body}, status=status_code)
+    return Response(as_declared(ErrorOut, {"error": body}), status=status_code)
 
 
 def destroyed_response(job) -> Response:

@@ -92,13 +92,14 @@ def param_input_fields(names: tuple[str, ...] = PARAM_NAMES, *, null_is_default=
     return made
 
 
-def param_output_fields(names: tuple[str, ...] = PARAM_NAMES) -> dict:
-    """The generation parameters `names` as a response states them (for the schemas)."""
+def param_output_fields(names: tuple[str, ...] = PARAM_NAMES, *, required=True) -> dict:
+    """The generation parameters `names` as a response states them (for the schemas);
+    `required=False`: present only where set."""
     made = {}
     for name in names:
         bounds = bounds_of()[name]
         field = serializers.IntegerField if bounds.kind is int else serializers.FloatField
-        made[name] = field(allow_null=bounds.nullable, help_text=bounds.help)
+        made[name] = field(allow_null=bounds.nullable, help_text=bounds.help, required=required)
     return made
 
 

@@ -8,7 +8,9 @@ lost, the service stopping) are here too, for the waiting response and the strea
 from rest_framework.response import Response
 
 from decoding.models import GenerationJob
+from decoding.protocol.declared import as_declared
 from decoding.protocol.errors import exception_handler as native_exception_handler
+from decoding.protocol.openai_out import OpenAIErrorOut
 
 _TYPES = {
     400: "invalid_request_error",
@@ -23,14 +25,14 @@ _TYPES = {
 
 
 def openai_error_body(status: int, message: str, param: str | None, code: str | None) -> dict:
-    return {
+    return as_declared(OpenAIErrorOut, {
         "error": {
             "message": message,
             "type": _TYPES.get(status, "server_error"),
             "param": param,
             "code": code,
         }
-    }
+    })  # fmt: skip
 
 
 def openai_error(status: int, message: str, param: str | None = None, code: str | None = None):

@@ -5,12 +5,14 @@ from __future__ import annotations
 from audit.evidence.binding import Answer
 from decoding import tokenizers
 from decoding.models import GenerationJob
+from decoding.protocol.declared import as_declared
 from decoding.protocol.logprobs import (
     TokenLogprob,
     chat_logprobs,
     completion_logprobs,
     token_logprobs,
 )
+from decoding.protocol.openai_out import ChatCompletionOut, CompletionOut
 from decoding.selectors import job_answer, job_decisions, trail_for_job
 
 # OpenAI has "stop" (a natural end or a stop string) and "length"; a cancelled job ended early
@@ -81,12 +83,13 @@ def response(job: GenerationJob, kind: str, entries: list[TokenLogprob] | None =
         choice = {"index": 0, "message": {"role": "assistant", "content": text}}
     choice["logprobs"] = logprobs(kind, entries)
     choice["finish_reason"] = finish_reason(answer)
-    return {
+    body = {
         **_base(job, kind, kind),
         "choices": [choice],
         "usage": usage(job, answer),
         "pathfinder": pathfinder(job),
     }
+    return as_declared(CompletionOut if kind == COMPLETION else ChatCompletionOut, body)
 
 
 def answered(job: GenerationJob, kind: str, top: int | None) -> dict:

@@ -9,6 +9,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 
 from decoding.models import GenerationJob
+from decoding.protocol.errors import ErrorOut
 from decoding.protocol.fields import param_output_fields
 from decoding.protocol.native_input import StopField
 
@@ -33,20 +34,6 @@ extend_schema_field(
         ]
     }
 )(StopField)
-
-
-class ErrorDetail(serializers.Serializer):
-    status = serializers.IntegerField()
-    code = serializers.CharField()
-    field = serializers.CharField(allow_null=True, help_text="The offending field, or body")
-    message = serializers.CharField()
-    fields = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()), required=False
-    )
-
-
-class ErrorOut(serializers.Serializer):
-    error = ErrorDetail()
 
 
 def errors(*codes: int) -> dict:

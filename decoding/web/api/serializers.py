@@ -8,7 +8,10 @@ from rest_framework import serializers
 from audit.selectors import clear_payload
 from decoding.job_input import JOB_PARAM_FIELDS
 from decoding.models import GenerationJob
+from decoding.protocol.declared import as_declared
 from decoding.selectors import job_answer, trail_for_job
+
+from .schema import DecisionRecordOut, GenerationOut
 
 
 class GenerationFilter(serializers.Serializer):
@@ -28,7 +31,7 @@ class GenerationOutput(serializers.Serializer):
     def to_representation(self, job):
         trail = trail_for_job(job)
         answer = None if job.destroyed_at else job_answer(job)
-        return {
+        return as_declared(GenerationOut, {
             "id": str(job.id),
             "request_id": job.request_id,
             "directed_by": job.directed_by or None,
@@ -78,12 +81,12 @@ class GenerationOutput(serializers.Serializer):
                 "head_hash": trail.head_hash,
                 "url": reverse("generation-trail", args=[job.id]),
             },
-        }
+        })  # fmt: skip
 
 
 class DecisionRecordOutput(serializers.Serializer):
     def to_representation(self, record):
-        return {
+        return as_declared(DecisionRecordOut, {
             "seq": record.seq,
             "kind": record.kind,
             "prev_hash": record.prev_hash,
@@ -92,4 +95,4 @@ class DecisionRecordOutput(serializers.Serializer):
             # Clear: a format-3 decision's tokens opened for the job's own caller.
             "decision": clear_payload(record.payload, record.openings),
             "created_at": record.created_at,
-        }
+        })  # fmt: skip

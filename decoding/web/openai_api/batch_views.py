@@ -26,12 +26,14 @@ from decoding import batch_files, batches
 from decoding.job_input import InvalidInput
 from decoding.models import ApiKey, Batch, BatchFile
 from decoding.protocol.batch_shapes import batch_object, file_object
+from decoding.protocol.declared import as_declared
 from decoding.protocol.fields import RefusesUnknownFields, StrictCharField
 from decoding.protocol.openai_errors import openai_error
+from decoding.protocol.openai_out import BatchOut, FileDeletedOut, FileOut, ListOut
 from decoding.protocol.parsers import JSONParser
 from decoding.storable import storable
 
-from .schema import BatchOut, FileDeletedOut, FileOut, ListOut, errors
+from .schema import errors
 from .views import OpenAIView
 
 METADATA_KEYS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512  # OpenAI's limits
@@ -176,7 +178,9 @@ class FileDetail(OpenAIView):
             batches.file_delete(stored=stored)
         except batches.FileInUse as exc:
             raise Conflict(f"file_id: {exc}.") from exc
-        return Response({"id": file_id, "object": "file", "deleted": True})
+        return Response(
+            as_declared(FileDeletedOut, {"id": file_id, "object": "file", "deleted": True})
+        )
 
 
 class FileContent(OpenAIView):
@@ -301,10 +305,10 @@ def _page(rows, query: dict, shape) -> dict:
         )
     found = list(rows[: query["limit"] + 1])
     data = [shape(row) for row in found[: query["limit"]]]
-    return {
+    return as_declared(ListOut, {
         "object": "list",
         "data": data,
         "first_id": data[0]["id"] if data else None,
         "last_id": data[-1]["id"] if data else None,
         "has_more": len(found) > query["limit"],
-    }
+    })  # fmt: skip

@@ -19,6 +19,7 @@ from decoding import services
 from decoding.job_input import InvalidInput, sampling_defaults, servable_specs
 from decoding.models import GenerationJob
 from decoding.protocol import openai_shapes as shapes
+from decoding.protocol.declared import as_declared
 from decoding.protocol.openai_errors import (
     exception_handler,
     job_failure,
@@ -26,10 +27,11 @@ from decoding.protocol.openai_errors import (
     service_stopping,
 )
 from decoding.protocol.openai_input import ChatCompletionInput, CompletionInput, native_input
+from decoding.protocol.openai_out import ChatCompletionOut, CompletionOut, ModelListOut
 from decoding.web import relay, waiting
 
 from . import sse
-from .schema import STREAM, ChatCompletionOut, CompletionOut, ModelListOut, errors
+from .schema import STREAM, errors
 
 logger = logging.getLogger(__name__)
 
@@ -50,22 +52,25 @@ class ModelList(OpenAIView):
         # request naming it is refused with what to install (decoding.job_input).
         specs = servable_specs()
         return Response(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": spec.name,
-                        "object": "model",
-                        "created": int(spec.updated_at.timestamp()),
-                        "owned_by": "pathfinder",
-                        "description": spec.description,
-                        "default_params": sampling_defaults(spec),
-                        "default_params_source": spec.default_params_source,
-                        "top_logprobs": spec.top_logprobs,
-                    }
-                    for spec in specs
-                ],
-            }
+            as_declared(
+                ModelListOut,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": spec.name,
+                            "object": "model",
+                            "created": int(spec.updated_at.timestamp()),
+                            "owned_by": "pathfinder",
+                            "description": spec.description,
+                            "default_params": sampling_defaults(spec),
+                            "default_params_source": spec.default_params_source,
+                            "top_logprobs": spec.top_logprobs,
+                        }
+                        for spec in specs
+                    ],
+                },
+            )  # fmt: skip
         )
 
 
