@@ -91,7 +91,7 @@ def test_a_reviewer_follows_a_batch_to_each_lines_trail(
 
 
 def test_a_reviewer_produces_the_batch_as_one_bundle_that_verifies(
-    page: Page, portal: Portal, batch, tmp_path
+    page: Page, portal: Portal, batch, tmp_path, screenshot_dir
 ):
     log_in(page, portal.alice)
     page.goto(f"/portal/batches/{batch['id']}/")
@@ -106,6 +106,20 @@ def test_a_reviewer_produces_the_batch_as_one_bundle_that_verifies(
     assert len(doc["trails"]) == 2  # the two answered lines; the refused one never ran
     outside = {entry["reason"] for entry in doc["left_out"]}
     assert outside == {"outside_selection"} and doc["batch"] == batch["id"]
+    # Both verifiers name each trail by the line the caller labelled, not only by its UUID.
+    for number, custom_id in ((1, "memo-1"), (3, "memo-3")):
+        assert f'custom_id "{custom_id}", line {number} of batch {batch["id"]}' in checked.stdout
+    page.goto("/portal/verify")
+    page.fill("#log-keys", stack_key(portal))
+    page.locator("#log-keys").dispatch_event("change")
+    page.set_input_files("#bundle-file", str(bundle))
+    page.locator("button#verify-bundle").click()
+    expect(page.locator("#verdict")).to_contain_text("Verified in this browser")
+    chains = page.locator('li[data-check$=": records and chain"]')
+    expect(chains).to_have_count(2)
+    expect(chains.filter(has_text='custom_id "memo-1", line 1 of batch')).to_have_count(1)
+    expect(chains.filter(has_text='custom_id "memo-3", line 3 of batch')).to_have_count(1)
+    page.screenshot(path=str(screenshot_dir / "verify-batch.png"), full_page=True)
 
 
 def test_another_matters_reviewer_sees_no_batch_of_this_one(page: Page, portal: Portal, batch):

@@ -1,7 +1,8 @@
 """The OpenAPI description of the native API: response shapes and the bearer scheme.
 
-The serializers here declare the bodies the views build by hand (GenerationOutput and friends);
-schemathesis checks every live response against them, so the two cannot drift apart silently.
+The serializers here declare the bodies the native API writes: its writers (GenerationOutput,
+DecisionRecordOutput) pass each body through decoding.protocol.declared.as_declared against
+them, and schemathesis checks every live response too, so the two cannot drift apart.
 """
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
