@@ -1019,6 +1019,7 @@
       const holds = await selectionHolds(sel, sealed, matter.matter_key, request.submitted_at ?? null);
       if (holds !== true) listing.fail(holds === null ? `nothing signed shows it is of the selection, ${selectionOf(matter)}` : `it is not of the selection, ${selectionOf(matter)}`);
     }
+    if (listing.ok) listing.detail = `job ${entry.job_id}, attempt ${entry.attempt}, ${entry.outcome}, of matter '${matter.matter}'`;  // offline_verify's words
   }
 
   // Attempt n > 1 names attempt n - 1 of its job (previous_trail), which must be in the bundle
