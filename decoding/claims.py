@@ -14,9 +14,8 @@ from django.db.models.functions import Cast
 from audit.dbtext import canonical, uuid_text
 from audit.evidence import binding, matter_leaves
 from audit.models import Trail
-from decoding.engine import GenerationParams, ResponseFormat, params_payload
+from decoding.engine import PARAM_NAMES, GenerationParams, ResponseFormat, params_payload
 from decoding.engine.grammar import LIBRARY as GRAMMAR_LIBRARY
-from decoding.job_input import JOB_PARAM_FIELDS
 from decoding.models import GenerationJob
 
 
@@ -29,7 +28,7 @@ def job_served(job: GenerationJob) -> bool:
 
 
 def job_generation_params(job: GenerationJob) -> GenerationParams:
-    return GenerationParams(**{name: getattr(job, name) for name in JOB_PARAM_FIELDS})
+    return GenerationParams(**{name: getattr(job, name) for name in PARAM_NAMES})
 
 
 def job_question(job: GenerationJob) -> binding.Question:
@@ -169,7 +168,7 @@ _CLAIMED_FIELDS = (
     "batch_line__batch_id",
     "batch_line__line",
     "batch_line__custom_id",
-    *JOB_PARAM_FIELDS,
+    *PARAM_NAMES,
 )
 
 

@@ -18,9 +18,6 @@ from decoding.model_specs import params_refusal, unavailable
 from decoding.models import ModelSpec
 from decoding.prompts import Prompt, PromptError, prompt_tokenize
 
-# The generation parameters a job takes and stores, each a GenerationJob column of its name:
-# the engine's, declared once (decoding.engine.params).
-JOB_PARAM_FIELDS = PARAM_NAMES
 # Those with a default for every job (sampling_defaults); a seed is drawn per job, and the end
 # token is the tokenizer's.
 DEFAULTED_PARAMS = tuple(name for name in PARAM_NAMES if name not in ("seed", "eos_token_id"))
@@ -40,7 +37,7 @@ class JobInput:
     spec: ModelSpec
     prompt: Prompt
     messages: list[dict] | None
-    params: dict  # every field of JOB_PARAM_FIELDS: what was given, else the defaults
+    params: dict  # every field of PARAM_NAMES: what was given, else the defaults
     top_logprobs: int  # alternatives each record keeps per token (GenerationRequest's)
     # Structured outputs: the response_format as a job stores it (ResponseFormat.stored), or
     # "" (unconstrained; {"type": "text"} included).
@@ -58,7 +55,7 @@ def job_input(
     **given,
 ) -> JobInput:
     """The request checked and completed, or InvalidInput naming the first field at fault."""
-    unknown = sorted(set(given) - set(JOB_PARAM_FIELDS))
+    unknown = sorted(set(given) - set(PARAM_NAMES))
     if unknown:
         raise TypeError(f"unknown generation parameter {unknown[0]!r}")
     name = model or settings.PATHFINDER_DEFAULT_MODEL
@@ -139,7 +136,7 @@ def sampling_defaults(spec: ModelSpec) -> dict:
     return {
         **{name: getattr(engine, name) for name in DEFAULTED_PARAMS},
         "draft_length": settings.PATHFINDER_DEFAULT_DRAFT_LENGTH,
-        **{k: v for k, v in (spec.default_params or {}).items() if k in JOB_PARAM_FIELDS},
+        **{k: v for k, v in (spec.default_params or {}).items() if k in PARAM_NAMES},
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, fields
 
@@ -118,12 +119,14 @@ class GenerationParams:
         return self.temperature == 0
 
 
+@functools.cache
 def bounds_of() -> dict[str, Bounds]:
-    """Every generation parameter, in declaration order, with what it accepts."""
+    """Every generation parameter, in declaration order, with what it accepts (read once: every
+    record's params are written from it)."""
     return {f.name: f.metadata["bounds"] for f in fields(GenerationParams)}
 
 
-PARAM_NAMES = tuple(f.name for f in fields(GenerationParams))
+PARAM_NAMES = tuple(bounds_of())
 
 
 @dataclass(frozen=True)

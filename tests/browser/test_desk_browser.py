@@ -560,15 +560,20 @@ def test_the_page_verifier_fails_crafted_format_4_openings_as_offline_verify_doe
         assert any(not c["ok"] for c in js["checks"]), (name, js)
 
 
-def test_a_reviewer_verifies_a_download_in_the_page(
-    page: Page, portal: Portal, tmp_path, screenshot_dir
-):
-    bundle = download_matter(page, portal, tmp_path)
+def verify_in_the_page(page: Page, portal: Portal, bundle: Path) -> None:
+    """A reviewer pins the stack's log key on the Verify page and checks `bundle` there."""
     page.goto("/portal/verify")
     page.fill("#log-keys", stack_key(portal))
     page.locator("#log-keys").dispatch_event("change")
     page.set_input_files("#bundle-file", str(bundle))
     page.locator("button#verify-bundle").click()
+
+
+def test_a_reviewer_verifies_a_download_in_the_page(
+    page: Page, portal: Portal, tmp_path, screenshot_dir
+):
+    bundle = download_matter(page, portal, tmp_path)
+    verify_in_the_page(page, portal, bundle)
     expect(page.locator("#verdict")).to_contain_text("Verified in this browser")
     expect(page.locator('li[data-check="completeness"]')).to_have_attribute("data-ok", "true")
     page.screenshot(path=str(screenshot_dir / "verify.png"), full_page=True)

@@ -22,7 +22,7 @@ from audit.evidence.bundle_format import MATTER
 from tests.system.helpers import auth, describe
 
 from .helpers import Portal
-from .test_desk_browser import stack_key
+from .test_desk_browser import stack_key, verify_in_the_page
 from .test_portal_browser import assert_fits_the_window, describe_run, log_in, offline_verify
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
@@ -109,11 +109,7 @@ def test_a_reviewer_produces_the_batch_as_one_bundle_that_verifies(
     # Both verifiers name each trail by the line the caller labelled, not only by its UUID.
     for number, custom_id in ((1, "memo-1"), (3, "memo-3")):
         assert f'custom_id "{custom_id}", line {number} of batch {batch["id"]}' in checked.stdout
-    page.goto("/portal/verify")
-    page.fill("#log-keys", stack_key(portal))
-    page.locator("#log-keys").dispatch_event("change")
-    page.set_input_files("#bundle-file", str(bundle))
-    page.locator("button#verify-bundle").click()
+    verify_in_the_page(page, portal, bundle)
     expect(page.locator("#verdict")).to_contain_text("Verified in this browser")
     chains = page.locator('li[data-check$=": records and chain"]')
     expect(chains).to_have_count(2)

@@ -6,7 +6,7 @@ from django.urls import reverse
 from rest_framework import serializers
 
 from audit.selectors import clear_payload
-from decoding.job_input import JOB_PARAM_FIELDS
+from decoding.engine import PARAM_NAMES
 from decoding.models import GenerationJob
 from decoding.protocol.declared import as_declared
 from decoding.selectors import job_answer, trail_for_job
@@ -43,7 +43,7 @@ class GenerationOutput(serializers.Serializer):
             "failure": job.failure or None,
             "prompt_token_ids": job.prompt_token_ids,
             "stop": job.stop,
-            "params": {name: getattr(job, name) for name in (*JOB_PARAM_FIELDS, "top_logprobs")},
+            "params": {name: getattr(job, name) for name in (*PARAM_NAMES, "top_logprobs")},
             "response_format": json.loads(job.response_format) if job.response_format else None,
             "output_text": answer.text if answer else "",
             "output_token_ids": list(answer.token_ids) if answer else [],
